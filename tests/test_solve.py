@@ -797,6 +797,62 @@ def test_an_output_that_is_a_folder_is_refused_before_the_work_dir_is_made(unsee
         cfg(unseen, tmp_path, output="")
 
 
+def test_a_damaged_cached_result_is_said_in_one_warning_and_redone(unseen, tmp_path, caplog):
+    """A unit's result.json truncated between two runs was thrown away and its task redone without a word."""
+    c = cfg(unseen, tmp_path, max_tasks=2, finetune="none")
+    assert solve(c)["answered"] == 2
+    damaged = sorted((tmp_path / "work" / "units").glob("*/result.json"))[0]
+    task = json.loads(damaged.read_text())["task"]
+    damaged.write_text(damaged.read_text()[:100])
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="trm_kaggle"):
+        r = solve(c)
+    said = [rec.getMessage() for rec in caplog.records if rec.levelname == "WARNING" and str(damaged) in
+            rec.getMessage()]
+    assert said == [f"{damaged} is unreadable or not a result of task {task}: the task is redone"], caplog.text
+    assert r["answered"] == 2 and results(tmp_path / "work")[task]["complete"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="trm_kaggle"):  # a good cache: not a word
+        solve(c)
+    assert not [rec for rec in caplog.records if "unreadable" in rec.getMessage()], caplog.text
+
+
+def test_tasks_the_budget_left_untuned_are_said_with_the_settings_that_fit_it(unseen, tmp_path, capsys,
+                                                                              monkeypatch):
+    """A budget that left no time to fine-tune: the closing line said "answered by the model" alone, and nothing
+    said that every task was predicted with the pretrained weights, nor that auto settings fit the budget."""
+    import time
+
+    import trm_kaggle.solve.worker as W
+
+    real = W.solve_unit
+    late = {"n": 0}
+
+    def no_time_for_the_first(cfg, unit, task, key, work, device, finetune_by, predict_by, *args, **kwargs):
+        late["n"] += 1  # the first task's fine-tuning time is up when it starts; the other's is not
+        return real(cfg, unit, task, key, work, device, time.monotonic() - 1 if late["n"] == 1 else finetune_by,
+                    predict_by, *args, **kwargs)
+
+    monkeypatch.setattr(W, "solve_unit", no_time_for_the_first)
+    rc = main(["submit", "--challenges", str(unseen[0]), "--weights", str(unseen[1]), "--output",
+               str(tmp_path / "s.json"), "--work-dir", str(tmp_path / "work"), "--max-tasks", "2", "--num-aug", "1",
+               "--finetune-steps", "1", "--device", "cpu", "--no-progress"])
+    out = capsys.readouterr()
+    assert rc == 0 and "2 answered by the model" in out.out, out
+    warned = [line for line in out.err.splitlines() if "pretrained weights" in line]
+    assert warned == ["warning: 1 of the 2 tasks the model ran on was predicted with the pretrained weights: the "
+                      "time budget left no time to fine-tune it; num_aug 1 and finetune_steps 1 are fixed: num_aug "
+                      "and finetune_steps auto (--num-aug auto --finetune-steps auto) fit the plan to the time "
+                      "budget"], out.err
+    report = json.loads((tmp_path / "work" / "solve_report.json").read_text())
+    assert report["untuned"] == 1 and report["untuned_note"] == warned[0][len("warning: "):]
+    monkeypatch.setattr(W, "solve_unit", real)  # every task fine-tuned: not a word
+    rc = main(["submit", "--challenges", str(unseen[0]), "--weights", str(unseen[1]), "--output",
+               str(tmp_path / "s2.json"), "--work-dir", str(tmp_path / "work2"), "--max-tasks", "2", "--num-aug",
+               "1", "--finetune-steps", "1", "--device", "cpu", "--no-progress"])
+    assert rc == 0 and "pretrained weights" not in capsys.readouterr().err
+
+
 def test_a_weights_path_holding_an_escape_sequence_never_reaches_the_terminal_raw(unseen, tmp_path, capsys):
     """Damaged weights in a folder named `w<ESC>[31mx`: the workers' failure lines and submit's closing `error:`
     line printed the escape sequence raw."""

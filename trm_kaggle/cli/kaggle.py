@@ -119,6 +119,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(f"warning: the model answered none of its {count(report['model_tasks'], 'task')} in the time budget "
               f"(every prediction was cut by its task's deadline): a longer --time-budget{levers} lets it answer",
               file=sys.stderr)
+    if report.get("untuned_note"):
+        print(one_line(f"warning: {report['untuned_note']}"), file=sys.stderr)
     for e in report["errors"]:
         print(one_line(f"warning: {e}"), file=sys.stderr)
     return 0 if report["valid"] else 1

@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import multiprocessing
+import os
 import re
 import sys
 import time
@@ -49,10 +50,11 @@ from trm_kaggle.outputs import check_kept, place_problem, writable_problem
 from trm_kaggle.solve.plan import Budget
 from trm_kaggle.solve.pricing import TEST_TIME_FIELDS, check_kinds
 from trm_kaggle.solve.task import NotArcModel, export_canvas
-from trm_kaggle.solve.workdir import (WorkerSpec, assign, below_a_work_dir_problem, collect, make_units,
-                                     others_folder_problem, planted_entry_problem, solve_io, task_digest)
+from trm_kaggle.solve.workdir import (RESULT, WorkerSpec, assign, below_a_work_dir_problem, collect, make_units,
+                                     others_folder_problem, planted_entry_problem, read_result, solve_io,
+                                     task_digest, unit_dir)
 from trm_kaggle.solve.workers import Outcome, run_in_process, run_spawned
-from trm_kaggle.wording import escaped_echo, one_line, shown
+from trm_kaggle.wording import count, escaped_echo, one_line, shown
 
 log = logging.getLogger(__name__)
 
@@ -274,6 +276,7 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
             raise TRMError(f"the time budget ({cfg.time_budget} s) is used up by the safety margin "
                            f"({cfg.safety_margin} s): nothing left for the model")
         work.mkdir(parents=True, exist_ok=True)
+        _say_unreadable_results(work, units)
         device, visible, threads = worker_devices(cfg, say, len(units))
         run_cfg = cfg
         if cfg.compile_cache and not resolve_compile(cfg.compile, device):  # never unsaid (its help says so)
@@ -351,9 +354,38 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
                   ran=sum(1 for r in task_reports.values() if "error" not in r and r.get("predicted", 0) > 0),
                   predicted=sum(1 for v in candidates.values() if v),
                   fallback=fallback, elapsed_s=round(time.monotonic() - budget.start, 1))
+    report["untuned"] = sum(1 for r in task_reports.values() if r.get("untuned_for_time"))
+    report["untuned_note"] = untuned_note(cfg, report)
     _say_outcome(cfg, report, len(challenges), budget, say)
     _save_report(work, report)
     return report
+
+
+def _say_unreadable_results(work: Path, units: list) -> None:
+    """One warning per task whose result in the work dir a rerun cannot use (damaged, truncated, of another task):
+    the task is redone, which a rerun expected to resume otherwise spends without a word."""
+    for unit in units:
+        path = unit_dir(work, unit) / RESULT
+        if os.path.lexists(path) and read_result(work, unit) is None:
+            log.warning("%s is unreadable or not a result of task %s: the task is redone", one_line(str(path)),
+                        shown(unit.task_id))
+
+
+def untuned_note(cfg: SolveConfig, report: dict) -> str | None:
+    """The warning of a run whose time budget left no time to fine-tune some of its tasks (`report["untuned"]`
+    of them: predicted with the pretrained weights), with the settings that fit the plan to the budget where they
+    were fixed; None where every task that ran was fine-tuned as planned."""
+    untuned = report.get("untuned") or 0
+    if not untuned:
+        return None
+    ran = sum(1 for r in report.get("task_reports", {}).values() if "error" not in r)
+    fixed = [name for name in ("num_aug", "finetune_steps") if getattr(cfg, name) != "auto"]
+    advice = (f"; {' and '.join(f'{n} {getattr(cfg, n)}' for n in fixed)} {'are' if len(fixed) > 1 else 'is'} "
+              "fixed: num_aug and finetune_steps auto (--num-aug auto --finetune-steps auto) fit the plan to the "
+              "time budget" if fixed else "")
+    return (f"{untuned} of the {count(ran, 'task')} the model ran on {'were' if untuned > 1 else 'was'} predicted "
+            f"with the pretrained weights: the time budget left no time to fine-tune "
+            f"{'them' if untuned > 1 else 'it'}{advice}")
 
 
 def _say_outcome(cfg: SolveConfig, report: dict, tasks_total: int, budget: Budget,
@@ -372,6 +404,8 @@ def _say_outcome(cfg: SolveConfig, report: dict, tasks_total: int, budget: Budge
                     + (f" ({report['ran'] - report['answered']} more predicted, but decoded no valid grid)"
                        if report["ran"] > report["answered"] else "")
                     + f", {report['predicted']} test inputs with model predictions"))
+    if report.get("untuned_note"):
+        say(budget.line("fine-tuning", report["untuned_note"]))
 
 
 def _larger_budget(budget_setting: str | None, margin: bool) -> str:

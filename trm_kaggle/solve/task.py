@@ -188,6 +188,7 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
             report["after_finetune"] = demo_accuracy(model, data_dir, device, demos)
         else:
             report["note"] = "no time left for fine-tuning: predicted with the pretrained weights"
+            report["untuned_for_time"] = True
     report["finetune_steps"] = steps
 
     t = time.monotonic()
