@@ -3,9 +3,11 @@
 import hashlib
 import json
 import re
+import signal
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +22,7 @@ from trm_kaggle.data.code.repair import (assign_splits, build_code_repair, corpu
                                          load_repair_tokens, normalised, read_repair_info, read_repair_meta)
 from trm_kaggle.data.format import load_split
 from trm_kaggle.data.verify import verify_dataset
-from trm_kaggle.errors import DataError
+from trm_kaggle.errors import DataError, TRMError
 
 GRID = "12x48"
 
@@ -496,3 +498,26 @@ def test_a_link_to_a_file_outside_the_corpus_is_skipped_unread(corpus, tmp_path,
     assert s["skipped_files"].get("link_outside_corpus") == 1, s["skipped_files"]
     assert any("outside.py" in r.message and "outside the corpus" in r.message for r in caplog.records)
     assert not any("inside.py" in r.message for r in caplog.records)
+
+
+def _dies_on_two(n: int) -> int:
+    if n == 2:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the out-of-memory killer ends a worker
+    return n
+
+
+def test_a_worker_that_dies_is_one_error_not_a_wait_for_ever():
+    """A worker killed mid-build (SIGKILL to it, the out-of-memory killer) left the build waiting for ever for
+    the task it took along: multiprocessing's Pool starts another worker and never answers the lost task."""
+    import multiprocessing
+
+    from trm_kaggle.data.code import repair
+
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(2) as pool:
+        got = []
+        started = time.monotonic()
+        with pytest.raises(TRMError, match="a worker process of the build ended before its files were done"):
+            for r in repair._bounded_imap(pool, _dies_on_two, range(6), in_flight=4):
+                got.append(r)
+        assert time.monotonic() - started < 20 and got == [0, 1]

@@ -428,13 +428,34 @@ def _add_pair(sp: SnippetPairs, result: FileResult, bug_type: str, rule: str | N
 def _bounded_imap(pool, fn, tasks: Iterable, in_flight: int) -> Iterator:
     """pool.imap with at most `in_flight` tasks submitted ahead (Pool.imap queues every task and
     every finished result, which is unbounded when the consumer is the slower side)."""
+    workers = {p.pid for p in pool._pool}
     pending: collections.deque = collections.deque()
     for task in tasks:
         pending.append(pool.apply_async(fn, (task,)))
         if len(pending) >= in_flight:
-            yield pending.popleft().get()
+            yield _result(pool, pending.popleft(), workers)
     while pending:
-        yield pending.popleft().get()
+        yield _result(pool, pending.popleft(), workers)
+
+
+#: How often a wait for a worker's result looks whether a worker died.
+WORKER_CHECK_S = 0.5
+
+
+def _result(pool, pending, workers: set[int]):
+    """`pending.get()`, in slices: a worker that dies (a kill, the out-of-memory killer) takes its task with it,
+    and multiprocessing's Pool, which starts another worker in its place, would wait for that result for ever.
+    The workers never end on their own before the pool is closed, so one missing from `workers` died."""
+    while True:
+        try:
+            return pending.get(WORKER_CHECK_S)
+        except multiprocessing.TimeoutError:
+            pass
+        alive = {p.pid for p in pool._pool if p.exitcode is None}
+        if not workers <= alive:
+            raise TRMError(f"a worker process of the build ended before its files were done (pid "
+                           f"{', '.join(map(str, sorted(workers - alive)))}: killed, or out of memory?); nothing was "
+                           "written: run the build again (--workers 1 runs it in this process)")
 
 
 #: How long the workers of a pool whose results are all in get to end on their own (each takes its queue's end
