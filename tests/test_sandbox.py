@@ -152,3 +152,29 @@ def test_a_parameter_the_kernel_lacks_or_the_rehearsal_sets_is_refused_before_th
         assert not (bundle_copy / "sandbox").exists()
     shipped = Path(__file__).resolve().parents[1] / "notebooks" / "kaggle_submission.ipynb"
     assert R.parameter_problem({"TIME_BUDGET": 60, "TRAJECTORIES": 2, "STRICT": True}, shipped) is None
+
+
+def test_a_stopped_rehearsal_closes_its_log_without_a_threads_traceback(tmp_path, monkeypatch):
+    """A SIGTERM to `build_bundle.py --execute` printed `interrupted`, then the log pump thread's traceback
+    ("ValueError: I/O operation on closed file"): the log closed while the stopped group's last lines were still
+    being written to it."""
+    import os
+    import signal
+    import sys
+    import threading
+    import time
+
+    from trm_kaggle.kaggle import rehearsal
+
+    errors = []
+    hook, threading.excepthook = threading.excepthook, lambda a: errors.append(a.exc_value)  # pytest's own is set
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a test worker may ignore SIGINT
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        rehearsal._run_logged([sys.executable, "-c", "for i in range(10**7):\n print(i, flush=True)\n"],
+                              env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / "log", timeout=None,
+                              echo=lambda line: None)
+    signal.signal(signal.SIGINT, previous)
+    time.sleep(0.5)
+    threading.excepthook = hook
+    assert errors == []

@@ -84,8 +84,11 @@ def _run_logged(cmd: list[str], *, env: dict, cwd: Path, log_path: Path, timeout
 
         def pump():
             for line in proc.stdout:
-                logf.write(line)
-                logf.flush()
+                try:
+                    logf.write(line)
+                    logf.flush()
+                except ValueError:  # the run was stopped and its log closed: the group's last lines go unsaid
+                    return
                 echo(line.rstrip("\n"))
 
         # A second stop while the notebook's group is stopped is dropped: `timeout` sends its SIGINT to the
@@ -108,6 +111,8 @@ def _run_logged(cmd: list[str], *, env: dict, cwd: Path, log_path: Path, timeout
             stops.hold()
             if proc is not None:
                 _stop_group(proc)
+                if t.is_alive():
+                    t.join(5)  # its last lines logged before the log closes (a write after it was a traceback)
             raise
         finally:
             stops.give_back()
