@@ -116,7 +116,7 @@ def test_a_special_file_in_place_of_a_split_folder_is_named_as_what_it_is(tmp_pa
         contents_hash(data)
     capsys.readouterr()
     assert main(train_args(data, tmp_path / "run", "max_steps=1")) == 2
-    assert "folder expected, found a pipe (FIFO)" in error_line(capsys)
+    assert "directory expected, found a pipe (FIFO)" in error_line(capsys)  # verify's words, train's first check
 
 
 def test_datasets_built_before_the_record_fall_back_to_the_old_fingerprint(tmp_path, capsys):
@@ -132,6 +132,10 @@ def test_datasets_built_before_the_record_fall_back_to_the_old_fingerprint(tmp_p
     # what the old fingerprint sees (metadata, identifiers, sizes) still stops a resume
     ids = json.loads((data / "identifiers.json").read_text())
     (data / "identifiers.json").write_text(json.dumps(ids + ["extra"]))
+    for split in ("train", "test"):  # kept consistent: the metadata checks (verify's) would refuse it first
+        meta = json.loads((data / split / "dataset.json").read_text())
+        meta["num_puzzle_identifiers"] = len(ids) + 1
+        (data / split / "dataset.json").write_text(json.dumps(meta))
     assert ckpt.dataset_fingerprint([str(data)]) != legacy
     capsys.readouterr()
     assert main(train_args(data, run, "max_steps=4")) == 2
