@@ -924,3 +924,35 @@ def test_a_test_split_identifier_outside_the_table_and_a_colour_past_a_byte_are_
     (copy / "test_puzzles.json").write_text(json.dumps(raw))
     with pytest.raises(DataError, match=r"task 05a7bcf2 test pair 0 output: value 300 at row 0, column 0 is not an integer 0..9"):
         check_test_split(copy)
+
+
+@pytest.mark.parametrize("damage, words", [("missing", r"test_puzzles.json: not found, but the test split holds ARC's"),
+                                           ("extra", r"test_puzzles.json: task zz_extra has no puzzle in the test "
+                                                     r"split")])
+def test_evaluate_export_refuses_the_test_puzzles_verify_and_train_refuse(dataset, tmp_path, monkeypatch, damage,
+                                                                           words):
+    """An upstream-format ARC dataset (no contents.json) without test_puzzles.json was scored per example, exit 0;
+    one whose test_puzzles.json names a task its test split lacks counted that task as failed. verify and train
+    refuse both (`check_metadata`): evaluate refuses them in the same words, before loading the model."""
+    from trm_kaggle.data import check_metadata
+    from trm_kaggle.evaluate import evaluate_export
+    from trm_kaggle.model.export import export_inference
+
+    model = make_model(dataset, H_cycles=1)
+    export_inference(tmp_path / "export", model, arch=model.arch, seq_len=model.seq_len, vocab_size=model.vocab_size)
+    copy = tmp_path / "ds"
+    shutil.copytree(dataset, copy)
+    (copy / "contents.json").unlink(missing_ok=True)
+    tp = copy / "test_puzzles.json"
+    if damage == "missing":
+        tp.unlink()
+    else:
+        tasks = json.loads(tp.read_text())
+        tasks["zz_extra"] = next(iter(tasks.values()))
+        tp.write_text(json.dumps(tasks))
+    with pytest.raises(DataError, match=words) as said:
+        check_metadata(copy)
+    monkeypatch.setattr("trm_kaggle.evaluate.run.load_model_for_dataset", lambda *a, **k: pytest.fail("loaded"))
+    with pytest.raises(DataError) as err:
+        evaluate_export(str(tmp_path / "export"), str(copy), device="cpu", out=lambda _: None)
+    assert str(err.value) == str(said.value)

@@ -142,6 +142,28 @@ def test_a_test_path_that_is_no_dataset_is_refused_before_the_first_step(sudoku4
     train(cfg_for(sudoku4, tmp_path / "ok", "max_steps=1", "eval_interval=1", f"data_paths_test=[{sudoku4}]"))
 
 
+@pytest.mark.parametrize("where", ["data_paths", "data_paths_test"])
+@pytest.mark.parametrize("array", ["labels", "inputs"])
+def test_a_test_split_token_outside_the_vocabulary_is_refused_before_the_run_folder(sudoku4, tmp_path, where, array):
+    """A test-split token past the vocabulary (which verify refuses) was found at the first evaluation, after the
+    training, and the run ended there with its steps lost (with no evaluation it exited 0)."""
+    import shutil
+
+    import numpy as np
+
+    copy = tmp_path / "oov"
+    shutil.copytree(sudoku4, copy)
+    (copy / "contents.json").unlink(missing_ok=True)  # an upstream-format dataset: no record of its bytes
+    path = copy / "test" / f"all__{array}.npy"
+    a = np.load(path)
+    a[0, 0] = load_metadata(copy, "test").vocab_size + 1
+    np.save(path, a)
+    given = [f"data_paths_test=[{copy}]"] if where == "data_paths_test" else []
+    with pytest.raises(TRMError, match=rf"test/all__{array}.npy: row 0 has token \d+, outside 0\.\."):
+        train(cfg_for(sudoku4 if given else copy, tmp_path / "r", "max_steps=2", "eval_interval=1", *given))
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.parametrize("deadline", [float("nan"), float("inf"), "soon", True])
 def test_a_deadline_that_is_no_finite_time_is_named_before_the_run(sudoku4, tmp_path, deadline):
     """`train(cfg, deadline=nan)` trained: NaN compares false with every clock, so no deadline ever came."""

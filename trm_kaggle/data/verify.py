@@ -87,11 +87,13 @@ def check_split(dataset_dir: Path, split: Split, num_identifiers: int | None = N
         raise DataError(f"{d / 'dataset.json'}: mean_puzzle_examples {m.mean_puzzle_examples} but the arrays give {mean}")
 
 
-def check_metadata(dataset_dir: str | Path) -> tuple[list[str], dict[str, Split]]:
+def check_metadata(dataset_dir: str | Path, tokens: tuple[str, ...] = ()) -> tuple[list[str], dict[str, Split]]:
     """identifiers.json, both splits and test_puzzles.json checked against each other, as `verify` does, without
     reading a token row (index arrays and headers alone): DataError naming the file at the first problem; else the
     identifiers and the splits (their token rows memory-mapped). `verify` runs it first and training before its run
-    folder is made, so that what verify refuses here training refuses too, in the same words."""
+    folder is made, so that what verify refuses here training refuses too, in the same words. The splits named in
+    `tokens` have their token rows read too, as `verify_split` reads them (training: the test split, which its loader
+    reads only at the first evaluation)."""
     dataset_dir = dataset_path(dataset_dir)
     ids = load_identifiers(dataset_dir)
     if not ids or ids[0] != BLANK_IDENTIFIER:
@@ -114,6 +116,8 @@ def check_metadata(dataset_dir: str | Path) -> tuple[list[str], dict[str, Split]
         raise DataError(f"{tp}: not found, but the test split holds ARC's augmented puzzles ({shown(augmented)}): "
                         "ARC's evaluation scores its tasks by that file, which an ARC builder writes (rebuild the "
                         "dataset, or copy its test_puzzles.json back)")
+    for name in tokens:
+        check_token_range(dataset_dir / name, splits[name])
     return ids, splits
 
 

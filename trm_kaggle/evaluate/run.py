@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 from trm_kaggle.atomic import RewrittenFile, taken_problem
 from trm_kaggle.config import MAX_SEED, EvaluateConfig, whole_argument
-from trm_kaggle.data import contents_hash, load_metadata, load_split
+from trm_kaggle.data import check_metadata, contents_hash, load_metadata, load_split
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.dataset import format_dataset_metrics, is_arc_dataset, score_dataset
 from trm_kaggle.evaluate.pipeline import evaluate, foreign_votes, load_test_set, other_canvas
@@ -78,6 +78,9 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
     if problem := next(filter(None, (writable_problem(o) for o in outputs if o.path not in (None, ""))), None):
         raise TRMError(problem)
     contents_hash(data)  # a dataset changed after its build is refused here, as training and verify refuse it
+    # and what verify and training refuse without reading a token row, in their words: an ARC test split without its
+    # test_puzzles.json was scored per example, a task the file names but the split lacks counted as failed
+    check_metadata(data)
     arc = is_arc_dataset(data)
     _check_something_to_score(data, arc)
     if not arc and (pool_with or save_votes):

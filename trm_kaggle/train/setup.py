@@ -135,13 +135,15 @@ def prepare(cfg: TrainConfig, held: contextlib.ExitStack, *, deadline: float | N
         log.warning("torchrun restarted this node's worker group (restart %d of --max-restarts); the run resumes "
                     "from its newest train state", rt.restart)
 
-    for path in cfg.data_paths:  # what `verify` refuses without reading the token rows, refused in its words
-        check_metadata(path)
+    # what `verify` refuses, refused in its words before the run folder is made: the train split's tokens are read by
+    # the loader, the test split's here (read at the first evaluation, they would fail the run there, its steps lost)
+    for path in cfg.data_paths:
+        check_metadata(path, tokens=("test",))
     loader = PuzzleLoader(cfg.data_paths, "train", cfg.global_batch_size, seed=cfg.seed, rank=rt.rank,
                           world_size=rt.world_size, pin_memory=rt.device.type == "cuda")  # copies that do not wait
     for path in cfg.data_paths_test:
         try:  # read at the first evaluation: a path that is no dataset would fail the run there, its steps unsaved
-            check_metadata(path)
+            check_metadata(path, tokens=("test",))
         except TRMError as err:
             raise TRMError(f"data_paths_test: {err}") from None
     local_batch = cfg.global_batch_size // rt.world_size
