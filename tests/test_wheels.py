@@ -253,3 +253,21 @@ def test_an_extra_wheel_whose_metadata_is_another_distribution_is_refused(tmp_pa
     with zipfile.ZipFile(same, "w") as z:
         z.writestr("Mism_Pkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: mism-pkg\nVersion: 1.0.0\n")
     W.check_wheel_identity(same)
+
+
+def test_pips_temporary_folders_lie_in_a_scratch_folder_of_ours(tmp_path, monkeypatch):
+    """A SIGTERM to a build while pip downloaded or built left pip's own temporary folders in $TMPDIR (the
+    signal reaches pip's process group, and pip ends without its clean-up): they now lie inside ours."""
+    seen = {}
+
+    def fake_run(cmd, **kwargs):
+        seen["tmp"] = Path(kwargs["env"]["TMPDIR"])
+        assert seen["tmp"].is_dir() and seen["tmp"].parent.name.startswith("trm_pip_")
+        (seen["tmp"] / "pip-left-by-a-kill").mkdir()
+        Path(cmd[cmd.index("-d") + 1], "x-1.0-py3-none-any.whl").write_bytes(b"")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(W.subprocess, "run", fake_run)
+    target = W.Target(python_version="3.12", platforms=["manylinux_2_17_x86_64"])
+    assert W.pip_download("x", target, tmp_path / "d").name == "x-1.0-py3-none-any.whl"
+    assert not seen["tmp"].parent.exists()  # pip's leftovers went with the scratch folder

@@ -250,7 +250,7 @@ def build_project_wheel(dest: Path, repo: Path = REPO_ROOT, builder: str = "auto
             # every entry dated as the built-in builder dates them (bdist_wheel reads SOURCE_DATE_EPOCH): a wheel
             # of the same sources is the same bytes, so a later push finds the wheels dataset unchanged (the
             # dist-info files, dated at the build, once made every push upload it again)
-            env = {**os.environ, "SOURCE_DATE_EPOCH": str(REPRODUCIBLE_EPOCH)}
+            env = {**os.environ, "SOURCE_DATE_EPOCH": str(REPRODUCIBLE_EPOCH), **_pip_temp(Path(tmp))}
             res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, encoding="utf-8", errors="replace",
                                  env=env)
             wheels = sorted(out.glob("*.whl"))
@@ -360,12 +360,22 @@ def build_pure_wheel(src: Path, out: Path) -> Path:
 Downloader = Callable[[str, Target, Path], Path]
 
 
+def _pip_temp(scratch: Path) -> dict[str, str]:
+    """The environment that puts pip's temporary folders inside `scratch`, one of ours: a pip stopped by a signal
+    (the build's SIGTERM reaches its process group) leaves its own behind, and they go with ours."""
+    folder = scratch / "pip-tmp"
+    folder.mkdir(exist_ok=True)
+    return {name: str(folder) for name in ("TMPDIR", "TEMP", "TMP")}
+
+
 def pip_download(spec: str, target: Target, dest: Path) -> Path:
     """Download the one wheel pip picks for requirement `spec` on `target` (no dependencies) into `dest`."""
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
            *target.pip_args(), "-d", str(dest), spec]
-    res = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8", errors="replace")
+    with scratch_folder("trm_pip_") as scratch:
+        res = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8", errors="replace",
+                             env={**os.environ, **_pip_temp(scratch)})
     wheels = sorted(dest.glob("*.whl"))
     if res.returncode != 0 or not wheels:
         # pip's warnings (an index location it skips, a cache it cannot write) would hide its error
