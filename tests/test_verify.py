@@ -278,3 +278,23 @@ def test_an_arc_dataset_without_test_puzzles_json_is_refused_by_verify_and_train
     ids = json.loads((ds / "identifiers.json").read_text())
     (ds / "identifiers.json").write_text(json.dumps([n.replace("|||", "-") for n in ids]))
     verify_dataset(ds)  # no augmented name: a dataset scored per example
+
+
+@pytest.mark.parametrize("scored", [0, 1])
+def test_a_test_split_whose_every_label_is_ignored_is_said(tmp_path, caplog, scored):
+    """verify said nothing of a test split with no label to score: train warned of it and evaluate refused it."""
+    from test_format import write_like_upstream
+
+    write_like_upstream(tmp_path / "up")
+    path = tmp_path / "up" / "test" / "all__labels.npy"
+    labels = np.zeros_like(np.load(path))  # 0: the ignore label
+    labels[-1, -1] = scored
+    np.save(path, labels)
+    with caplog.at_level("WARNING", logger="trm_kaggle.data.verify"):
+        verify_dataset(tmp_path / "up")
+    said = [r.getMessage() for r in caplog.records if r.name == "trm_kaggle.data.verify"]
+    if scored:
+        assert said == []
+    else:
+        assert len(said) == 1 and re.search(r"test/all__labels.npy: every label of the test split is the ignore "
+                                            r"label 0: evaluate has nothing to score", said[0]), said

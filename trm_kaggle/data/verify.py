@@ -14,6 +14,7 @@ which the `verify` command, the pipeline and the Kaggle training kernel run afte
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from trm_kaggle.jsonio import directory_problem, read_json
 from trm_kaggle.names import task_id_problem
 from trm_kaggle.wording import count, one_line, shown
 
+log = logging.getLogger(__name__)
 
 @dataclass
 class SplitSummary:
@@ -146,10 +148,26 @@ def verify_dataset(dataset_dir: str | Path) -> dict:
         test_puzzles = read_json(tp, "test_puzzles.json")
         test_tasks = len(test_puzzles)
         _check_test_puzzles(dataset_dir, test_puzzles, checked["test"], ids)
+    else:  # scored per example: ARC's answers are test_puzzles.json's (a hidden test set's are unknown)
+        _say_if_nothing_to_score(dataset_dir, checked["test"])
     contents_hash(dataset_dir, full=True)  # every byte as its builder recorded it (datasets with a record)
     size = sum(p.stat().st_size for p in dataset_dir.rglob("*") if p.is_file())
     return {"path": str(dataset_dir), "identifiers": len(ids), "test_tasks": test_tasks, "bytes": size,
             "splits": {k: v.__dict__ for k, v in splits.items()}}
+
+
+def _say_if_nothing_to_score(dataset_dir: Path, s: Split, chunk: int = 1 << 16) -> None:
+    """Warn when every label of the test split `s` is its ignore label: evaluate refuses such a split (nothing to
+    score) and training's evaluation scores none of it. Read in chunks, up to the first scored label."""
+    ignore = s.metadata.ignore_label_id
+    if ignore is None or not len(s.labels):
+        return
+    for start in range(0, len(s.labels), chunk):
+        if not (np.asarray(s.labels[start:start + chunk]) == ignore).all():
+            return
+    log.warning("%s/%s__labels.npy: every label of the test split is the ignore label %d: evaluate has nothing to "
+                "score, and training's evaluation scores no example (rebuild the dataset with its answers)",
+                dataset_dir / s.name, SET_NAME, ignore)
 
 
 def _check_blank_names(dataset_dir: Path, split: Split, ids: list[str]) -> None:
