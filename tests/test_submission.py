@@ -491,10 +491,26 @@ def test_a_challenges_task_without_a_test_list_is_named_malformed_not_the_submis
     assert validate_submission({"t1": ANSWER, "t2": []}, challenges) == []  # what submit writes for it
 
 
-@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-32"])
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32"])
+def test_a_utf16_or_utf32_submission_is_refused(tmp_path, capsys, encoding):
+    """A UTF-16 or UTF-32 submission was called valid (and scored); no UTF-8 reader, Kaggle's included, reads it."""
+    from trm_kaggle.cli import main
+
+    path = tmp_path / "submission.json"
+    path.write_bytes(json.dumps({"t1": ANSWER}).encode(encoding))
+    (tmp_path / "ch.json").write_text(json.dumps({"t1": TASK}))
+    (tmp_path / "sol.json").write_text(json.dumps({"t1": [[[2]]]}))
+    for args in (["validate-submission", str(path), "--challenges", str(tmp_path / "ch.json")],
+                 ["score", str(path), "--solutions", str(tmp_path / "sol.json")]):
+        capsys.readouterr()
+        assert main(args) != 0
+        assert f"{encoding.upper()} (its byte-order mark says so)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig"])
 def test_a_submission_with_a_byte_order_mark_is_read_with_a_warning(tmp_path, caplog, capsys, encoding):
-    """A UTF-16 submission, or UTF-8 with a byte-order mark, was called valid without a word; Kaggle reads UTF-8
-    JSON. It is still read (valid, scored), and one WARNING line says Kaggle may refuse it."""
+    """UTF-8 with a byte-order mark was called valid without a word; Kaggle reads UTF-8 JSON, and a reader that
+    does not skip the mark refuses it. It is still read (valid, scored), and one WARNING line says so."""
     from trm_kaggle.cli import main
 
     path = tmp_path / "submission.json"

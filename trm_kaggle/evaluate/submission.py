@@ -99,11 +99,14 @@ def read_json_file(path: str | os.PathLike, what: str = "JSON file") -> Any:
 
 
 def load_submission(path: str | os.PathLike, warn: bool = True) -> dict:
-    """A submission file as a dict (its content is checked by `validate_submission`). A byte-order mark (UTF-8,
-    UTF-16 or UTF-32, which the package reads) is a WARNING line unless `warn` is False (the check before said
-    it)."""
+    """A submission file as a dict (its content is checked by `validate_submission`). A UTF-8 byte-order mark is a
+    WARNING line unless `warn` is False (the check before said it); a UTF-16 or UTF-32 file, which no UTF-8 reader
+    (Kaggle's) can read, is refused."""
     data = read_bytes(path, "submission file")
     encoding = _byte_order_mark(data)
+    if encoding in ("UTF-16", "UTF-32"):
+        raise DataError(f"{path}: {encoding} (its byte-order mark says so): Kaggle reads a submission as UTF-8 JSON, "
+                        "which this file is not; write it as UTF-8")
     if encoding and warn:  # read as the package reads JSON; the file written by `write_submission` never has one
         log.warning("%s: %s with a byte-order mark: Kaggle reads a submission as UTF-8 JSON and may refuse it "
                     "(write it as UTF-8 without one)", path, encoding)
