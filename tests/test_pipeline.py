@@ -7,20 +7,26 @@ from trm_kaggle.cli import main
 from trm_kaggle.cli.kaggle import MODEL_FAILED_STATUS
 
 
-def test_a_submission_stage_whose_model_failed_fails_the_pipeline(tmp_path, capsys, monkeypatch):
-    """The pipeline said "pipeline finished" with status 0 when the model path failed in stage 4 (`submit` gives
-    status 3 for the same failure); summary.md said "valid, 0 of 2 tasks answered by the model"."""
+def pipeline_whose_solve_raises(error: BaseException, tmp_path, capsys, monkeypatch):
+    """(status, stdout, stderr, work folder) of a short pipeline whose submission stage's solve raises `error`."""
     from trm_kaggle.solve import job
 
-    def broken(*_, **__):
-        raise RuntimeError("the worker broke")
+    def raising(*_, **__):
+        raise error
 
-    monkeypatch.setattr(job, "run_in_process", broken)
-    monkeypatch.setattr(job, "run_spawned", broken)
+    monkeypatch.setattr(job, "run_in_process", raising)
+    monkeypatch.setattr(job, "run_spawned", raising)
     w = tmp_path / "w"
     rc = main(["pipeline", "--work-dir", str(w), "--num-aug", "1", "--train-seconds", "3", "--eval-tasks", "1",
                "--unseen-tasks", "1", "--no-progress", "--threads", "1"])
     out, err = capsys.readouterr()
+    return rc, out, err, w
+
+
+def test_a_submission_stage_whose_model_failed_fails_the_pipeline(tmp_path, capsys, monkeypatch):
+    """The pipeline said "pipeline finished" with status 0 when the model path failed in stage 4 (`submit` gives
+    status 3 for the same failure); summary.md said "valid, 0 of 2 tasks answered by the model"."""
+    rc, out, err, w = pipeline_whose_solve_raises(RuntimeError("the worker broke"), tmp_path, capsys, monkeypatch)
     assert rc == MODEL_FAILED_STATUS, (out, err)  # submit's status (pipeline.py holds its own copy of it)
     assert "pipeline finished" not in out and "[4/5] FAILED in" in out and "[5/5]" not in out, out
     lines = [line for line in err.splitlines() if line.startswith("error:")]
@@ -42,17 +48,8 @@ def test_a_stop_during_the_submission_stage_says_the_submission_left_is_the_fall
     """SIGTERM during [4/5] said only "interrupted: stopped by SIGTERM" and left submission.json holding the
     baseline fallback answers, which read as the model's submission."""
     from trm_kaggle.interrupts import Terminated
-    from trm_kaggle.solve import job
 
-    def stopped(*_, **__):
-        raise Terminated()
-
-    monkeypatch.setattr(job, "run_in_process", stopped)
-    monkeypatch.setattr(job, "run_spawned", stopped)
-    w = tmp_path / "w"
-    rc = main(["pipeline", "--work-dir", str(w), "--num-aug", "1", "--train-seconds", "3", "--eval-tasks", "1",
-               "--unseen-tasks", "1", "--no-progress", "--threads", "1"])
-    out, err = capsys.readouterr()
+    rc, out, err, w = pipeline_whose_solve_raises(Terminated(), tmp_path, capsys, monkeypatch)
     assert rc == 143 and "[4/5] submission" in out, (out, err)
     assert err.strip() == (f"interrupted: stopped by SIGTERM; {w / 'submission.json'} is not the stage's result: it "
                            "holds the fallback answers written before the model ran (and any the model had "
