@@ -30,6 +30,7 @@ from trm_kaggle.wording import count, one_line, shown
 
 log = logging.getLogger(__name__)
 
+
 @dataclass
 class SplitSummary:
     name: str

@@ -24,8 +24,6 @@ _EXPORTS = {
     "load_finetuned": "task",
     "make_plan": "plan",
     "others_folder_problem": "workdir",
-    "run_folder_problem": "workdir",
-    "sweep_folder_problem": "workdir",
     "solve": "job",
     "solve_config": "recipes",
     "solve_io": "workdir",

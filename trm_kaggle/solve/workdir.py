@@ -98,21 +98,6 @@ def below_a_work_dir_problem(work: str | os.PathLike, what: str = "work_dir", *,
     return None
 
 
-def run_folder_problem(work: str | os.PathLike, what: str = "work_dir") -> str | None:
-    """Why `work` may not be a work folder (None when it may): it is, or lies inside, a training run folder (it holds
-    run.json). The solve's units/, workers/ and solve_report.json went in among the run's states, and `train` then
-    refused to resume the run as a submit's work folder. `submit` and `pipeline` refuse their --work-dir with the same
-    words (`what` names the setting); a pipeline's own solve works in WORK/ttt, beside its run in WORK/train. The
-    rule is `outputs.run_folder_problem`'s."""
-    return outputs.run_folder_problem(work, what)
-
-
-def sweep_folder_problem(work: str | os.PathLike, what: str = "work_dir") -> str | None:
-    """Why `work` may not be a solve's (or a pipeline's) folder: it is, or lies inside, a sweep's folder (it holds
-    sweep.json): `outputs.sweep_folder_problem`'s rule."""
-    return outputs.sweep_folder_problem(work, what)
-
-
 def check_pipeline_work_dir(work_dir: str | os.PathLike, what: str = "work_dir") -> None:
     """Refuse (TRMError, one line) a folder no pipeline may work in, before anything is written: asked by
     `run_pipeline` for every caller, and by `pipeline` with its --work-dir's name. Refused: a folder that is, or
@@ -135,13 +120,14 @@ def check_pipeline_work_dir(work_dir: str | os.PathLike, what: str = "work_dir")
 
 def others_folder_problem(work: str | os.PathLike, what: str = "work_dir") -> str | None:
     """Why `work` may not be a solve's work folder because another command keeps its files there, or None: a
-    training run folder (`run_folder_problem`), a sweep's folder (`sweep_folder_problem`), or a pipeline's work
+    training run folder (`outputs.run_folder_problem`), a sweep's folder (`outputs.sweep_folder_problem`; `submit`
+    and `pipeline` refuse their --work-dir with the same words, `what` naming the setting), or a pipeline's work
     folder itself (it holds train/run.json: the solve's units/ and report there made the pipeline's rerun refuse
     the folder as a submit's; inside one is the pipeline's own solve, WORK/ttt). `solve` asks it for every caller,
     `submit` with its --work-dir's name."""
     from trm_kaggle.train import RUN_RECORD  # here, not above: the work directory's module stays without torch
 
-    if problem := run_folder_problem(work, what) or sweep_folder_problem(work, what):
+    if problem := outputs.run_folder_problem(work, what) or outputs.sweep_folder_problem(work, what):
         return problem
     record = f"{PIPELINE_RUN_DIR}/{RUN_RECORD}"
     if (Path(work) / record).is_file():
