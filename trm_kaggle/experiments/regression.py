@@ -248,15 +248,21 @@ def _first_line(text: object) -> str:
 
 
 def _dying_cell(executed: Path) -> str:
-    """" in cell [N]" for the cell whose execution the kernel never answered (papermill keeps the notebook as far
-    as it ran: that cell's input was sent, no reply came), else "" (no notebook kept, or no such cell)."""
+    """" in cell [N]" for the cell the kernel died in, else "" (no notebook kept, or no such cell). papermill saves
+    the notebook as each cell starts, marking it "running"; whether the kernel's own record of that cell (its input
+    received, its execution count) was saved too depends on how long the kernel lived, so the count is taken from
+    the record when there is one, else counted: nbclient runs every non-blank code cell once, in order, in a fresh
+    kernel."""
     try:
         cells = json.loads(executed.read_text(encoding="utf-8"))["cells"]
-        for cell in reversed(cells):
-            timing = cell.get("metadata", {}).get("execution", {})
-            if "iopub.execute_input" in timing and "shell.execute_reply" not in timing:
-                n = cell.get("execution_count")
-                return f" in cell [{n}]" if type(n) is int else ""
+        code = [c for c in cells if c.get("cell_type") == "code" and "".join(c.get("source") or "").strip()]
+        for i in range(len(code) - 1, -1, -1):
+            meta = code[i].get("metadata", {})
+            timing = meta.get("execution", {})
+            started = "iopub.execute_input" in timing and "shell.execute_reply" not in timing
+            if started or meta.get("papermill", {}).get("status") == "running":
+                n = code[i].get("execution_count")
+                return f" in cell [{n if type(n) is int else i + 1}]"
     except (OSError, ValueError, TypeError, KeyError, AttributeError):  # a notebook cut short: no cell named
         pass
     return ""
