@@ -30,6 +30,17 @@ def test_build_arc_with_upstream_flags_then_verify(arc_prefix, tmp_path, capsys)
     assert json.loads(capsys.readouterr().out)["splits"]["train"]["groups"] == 9
 
 
+def test_verify_json_says_a_refusal_as_json_too(tmp_path, capsys):
+    """A script reading `verify --json`'s stdout got nothing to parse when the dataset was refused."""
+    (tmp_path / "ds" / "train").mkdir(parents=True)
+    (tmp_path / "ds" / "train" / "dataset.json").write_text("{oops")
+    assert main(["verify", str(tmp_path / "ds"), "--json"]) == 2
+    out, err = capsys.readouterr()
+    said = json.loads(out)
+    assert said["dataset"] == str(tmp_path / "ds") and said["error"] and "\n" not in said["error"]
+    assert err.count("\n") == 1 and err.startswith("error: ") and said["error"] in err
+
+
 @pytest.mark.parametrize("module", ["trm_kaggle", "trm_kaggle.console"])
 def test_each_module_that_starts_the_command_line_runs_it(module):
     """`python -m trm_kaggle.console --help` printed nothing and exited 0 (the module had no main guard)."""

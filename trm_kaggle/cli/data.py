@@ -8,7 +8,8 @@ import json
 
 from trm_kaggle.cli.common import common_flags, config_kwargs, flag
 from trm_kaggle.config import ArcBuildConfig, CodeRepairBuildConfig, MazeBuildConfig, SudokuBuildConfig
-from trm_kaggle.errors import TRMError
+from trm_kaggle.errors import TRMError, os_error_line
+from trm_kaggle.wording import one_line
 
 
 def add_build_arc(sub) -> None:
@@ -145,7 +146,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from trm_kaggle.data import format_summary, verify_dataset
     from trm_kaggle.evaluate import check_test_split
 
-    summary = verify_dataset(args.dataset_dir)
-    check_test_split(args.dataset_dir)  # an ARC dataset's test split as evaluate reads it: augmented puzzles too
+    try:
+        summary = verify_dataset(args.dataset_dir)
+        check_test_split(args.dataset_dir)  # an ARC dataset's test split as evaluate reads it: augmented puzzles too
+    except (TRMError, OSError) as e:
+        if args.json:  # a script reading stdout gets JSON either way; the one error line still goes to stderr
+            print(json.dumps({"dataset": str(args.dataset_dir), "error": one_line(os_error_line(e) if isinstance(
+                e, OSError) else e)}, indent=2))
+        raise
     print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
     return 0
