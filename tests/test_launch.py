@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -515,6 +516,16 @@ def slurm_sweep_args(shared: Path, out: Path, sweep_dir: str, *extra: str) -> li
     return ["sweep", str(grid), "--sweep-dir", sweep_dir, "--launcher", "slurm", "--nodes", "1", "--gpus-per-node",
             "0", "--out", str(out), "--shared-dir", str(shared), "data_paths=[data/sudoku4]",
             *[o for o in TINY if not o.startswith("seed=")], "max_steps=3", *extra]
+
+
+def test_the_printed_submit_and_compare_commands_paste_as_one_command_each(tmp_path, shared, capsys):
+    """`submit: sbatch L/o $(id)/ok.sbatch` ran `id` and split the path when pasted: each path is quoted."""
+    out = tmp_path / "o $(id)"
+    assert main(slurm_sweep_args(shared, out, "runs/a b$(id)")) == 0
+    said = {ln.split(": ", 1)[0]: ln.split(": ", 1)[1] for ln in capsys.readouterr().out.splitlines() if ": " in ln}
+    assert shlex.split(said["submit"]) == ["sbatch", str(out / "lr.sbatch")]
+    compare = shlex.split(said["compare them there"].split(";")[0])
+    assert compare[:2] == ["trm-kaggle", "compare"] and compare[2].endswith("runs/a b$(id)") and len(compare) == 3
 
 
 def test_a_slurm_sweep_never_trains_through_a_link_off_the_shared_volume(tmp_path, shared, capsys):

@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -775,3 +776,11 @@ def test_a_grid_files_settings_reach_the_terminal_escaped(tmp_path, capsys):
     assert main(["sweep", str(path), "--sweep-dir", str(tmp_path / "sw"), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out and "project_name=\\x1b[31mRED\\x07" in out, out
+
+
+def test_the_printed_compare_command_pastes_as_one_command():
+    """`compare them: trm-kaggle compare sw/a b$(id)` ran `id` and split the path when pasted."""
+    summary = S.SweepSummary(Path("sw/a b$(id)"), total=1, done=1, failed=0, skipped=0, seconds=1.0)
+    line = summary.describe().splitlines()[-1]
+    assert line.startswith("compare them: ")
+    assert shlex.split(line.removeprefix("compare them: ")) == ["trm-kaggle", "compare", "sw/a b$(id)"]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import shlex
+from pathlib import Path
 
 import pytest
 
-from trm_kaggle.wording import count, shown
+from trm_kaggle.wording import command_line, count, shown
 
 
 def test_counts_and_names_read_as_meant():
@@ -27,3 +29,13 @@ def test_a_wrong_argument_is_named(call, kind, said):
     with pytest.raises(kind) as e:
         call()
     assert str(e.value) == said
+
+
+def test_a_command_line_pastes_as_the_words_it_names():
+    """A folder named `a b$(id)` split in two and ran `id` when its command was pasted; a newline in a name is
+    escaped so the command stays one line."""
+    words = ["trm-kaggle", "compare", Path("sw/a b$(id)"), "it's"]
+    line = command_line(*words)
+    assert shlex.split(line) == [str(w) for w in words]
+    assert command_line("sbatch", "jobs/x.sbatch") == "sbatch jobs/x.sbatch"  # plain words stay plain
+    assert "\n" not in command_line("ls", "a\nb")

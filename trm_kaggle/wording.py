@@ -7,6 +7,7 @@ import argparse
 import logging
 import math
 import numbers
+import shlex
 import sys
 from typing import Callable
 
@@ -36,6 +37,13 @@ def one_line(text: str) -> str:
     """`text` as one terminal line: control characters escaped (a newline in a file's name once split an `error:`
     line in two, an escape sequence in one cleared the screen); nothing cut."""
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
+
+
+def command_line(*words: object) -> str:
+    """A command a person pastes into a shell (`trm-kaggle compare DIR`, `sbatch FILE`), each word quoted as the
+    shell reads it (`shlex.quote`) and the whole kept one line (`one_line`): a folder named `a b$(id)` split in two
+    and ran `id` when pasted unquoted."""
+    return one_line(" ".join(shlex.quote(str(w)) for w in words))
 
 
 def escaped_echo(echo: Callable[[str], None]) -> Callable[[str], None]:

@@ -60,7 +60,7 @@ from trm_kaggle.outputs import (SWEEP_RECORD, Input, Output, check_kept, in_a_wo
 from trm_kaggle.progress import tqdm
 from trm_kaggle.train import (RESUMABLE_CHANGES, apply_overrides, dump_config, load_train_config, parse_override,
                               read_config_file, repeated_keys, training_io)
-from trm_kaggle.wording import clipped, escaped_echo, one_line, type_name
+from trm_kaggle.wording import clipped, command_line, escaped_echo, one_line, type_name
 
 log = logging.getLogger(__name__)
 
@@ -521,7 +521,7 @@ class SweepSummary:
         text = (f"sweep {one_line(self.sweep_dir)}: {self.done} of {self.total} runs done ({self.skipped} before this "
                 f"command), {self.failed} failed, in {self.seconds:.0f} s")
         text += "".join(f"\n  FAILED {one_line(name)}: {one_line(err)}" for name, err in self.failures)
-        return text + f"\ncompare them: trm-kaggle compare {one_line(self.sweep_dir)}"
+        return text + f"\ncompare them: {command_line('trm-kaggle', 'compare', self.sweep_dir)}"
 
 
 #: Runs at once, at most: each is a training process with its own memory (a value past any machine's cores or

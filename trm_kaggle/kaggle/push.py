@@ -14,7 +14,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -31,7 +30,7 @@ from trm_kaggle.kaggle.metadata import (
     validate_bundle, verify_manifest,
 )
 from trm_kaggle.kaggle.packed import check_packed
-from trm_kaggle.wording import clipped, one_line, type_name
+from trm_kaggle.wording import clipped, command_line, one_line, type_name
 
 #: Files of the bundle's directories that are ours, not the dataset's: never uploaded.
 BOOKKEEPING = [OWNER_RECORD]
@@ -121,10 +120,6 @@ def push_commands(out_dir: str | os.PathLike, version_message: str | None = None
     if (out / WHEEL_KERNEL_DIR).is_dir():  # runs on Kaggle when pushed; its output is the adam-atan2 wheel
         cmds.append(["kaggle", "kernels", "push", "-p", str(out / WHEEL_KERNEL_DIR)])
     return cmds
-
-
-def _shell(cmd: list[str]) -> str:
-    return " ".join(shlex.quote(c) for c in cmd)
 
 
 def missing_client() -> str | None:
@@ -329,7 +324,7 @@ def wait_until_ready(api: Any, idents: list[str], *, timeout_s: float, poll_s: f
                                f"(it is not recorded as pushed: the next push uploads it again)")
         if waiting:
             if clock() - start >= timeout_s:
-                later = " and ".join(f"`kaggle kernels push -p {shlex.quote(str(Path(k).absolute()))}`"
+                later = " and ".join(f"`{command_line('kaggle', 'kernels', 'push', '-p', Path(k).absolute())}`"
                                      for k in kernels) or "`kaggle kernels push -p` and the kernel's folder"
                 # the statuses are Kaggle's text: escaped here as in the lines printed above
                 raise TRMError(one_line(f"datasets not ready after {timeout_s:.0f} s: {', '.join(waiting)} "
@@ -384,7 +379,7 @@ def publish(datasets: list[Path], kernels: list[Path], commands: list[list[str]]
             say("Run these commands to publish (datasets first; wait until `kaggle datasets status` says ready "
                 "before pushing the kernel):")
             for c in commands:
-                say("  " + _shell(c))
+                say("  " + command_line(*c))
             print(f"error: not pushed: {why}", file=sys.stderr)
             return 2
         api = kaggle_api()

@@ -31,6 +31,7 @@ from trm_kaggle.jsonio import is_regular, read_json
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.names import file_in, safe_filename
 from trm_kaggle.outputs import JOBS_RECORD
+from trm_kaggle.wording import command_line
 
 # JSON without an extension: `kubectl apply -f DIR` reads every .json and .yaml file of DIR, hidden ones too
 RECORD = JOBS_RECORD  # kept with the other names reserved for records (`outputs.RESERVED_NAMES`)
@@ -104,7 +105,7 @@ def _stale(out: Path, texts: Mapping[str, str], group: str | None, record: Mappi
             continue  # removed already: only its entry goes
         if path.is_symlink() or not path.is_file() or digest(path.read_bytes()) not in record[name]:
             raise TRMError(f"{path}: was written here for {group}, which no longer has it, and was changed since; "
-                           f"`kubectl apply -f {out}` would submit it too: move it away (or choose another --out); "
+                           f"`{command_line('kubectl', 'apply', '-f', out)}` would submit it too: move it away (or choose another --out); "
                            "nothing was written")
         remove.append(path)
     return gone, remove

@@ -25,7 +25,7 @@ import yaml
 
 from trm_kaggle.config import ClusterConfig
 from trm_kaggle.launch.jobs import SETTINGS_FILE, ClusterJob, torchrun_line
-from trm_kaggle.wording import count, one_line
+from trm_kaggle.wording import command_line, count, one_line
 
 SETTINGS_DIR = "/etc/trm-kaggle"  # where the settings ConfigMap is mounted
 UID = 1000  # the Dockerfile's non-root user (and group): the claim is made writable for that group
@@ -43,7 +43,7 @@ def render(cluster: ClusterConfig, jobs: list[ClusterJob], export: str | None = 
             docs += [rendezvous_service(cluster, job), indexed_job(cluster, job, export)]
         # one line: a newline in the run's folder name ended the comment and began YAML of its own (an object)
         header = (f"# trm-kaggle: run {one_line(job.run)} on {count(cluster.nodes, 'node')} x {count(cluster.procs_per_node, 'worker')}; "
-                  f"written, not submitted.\n# Submit: kubectl apply -f {job.name}.yaml\n")
+                  f"written, not submitted.\n# Submit: {command_line('kubectl', 'apply', '-f', job.name + '.yaml')}\n")
         out[f"{job.name}.yaml"] = header + yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False,
                                                          default_flow_style=False, width=120)
     return out

@@ -32,7 +32,7 @@ from trm_kaggle.launch.jobs import ClusterJob, cluster_settings, job_name, on_vo
 from trm_kaggle.locks import LOCK_FILE
 from trm_kaggle.outputs import Output, is_run_folder, kept_by_problem, overlap_problem, place_problem, writable_problem
 from trm_kaggle.train import config_differences, default_run_dir, load_train_config, training_io
-from trm_kaggle.wording import count, one_line
+from trm_kaggle.wording import command_line, count, one_line
 
 
 #: The options of each launcher (ClusterConfig's nested fields), by the name their flag carries.
@@ -98,8 +98,8 @@ class LaunchResult:
         runs = self.compare_dir or self.jobs[0].run_dir
         lines.append(f"runs on the shared volume ({where}): {runs}")
         if self.compare_dir:
-            lines.append(f"compare them there: trm-kaggle compare {self.compare_dir}; submitting again skips done "
-                         "runs and resumes the others")
+            lines.append(f"compare them there: {command_line('trm-kaggle', 'compare', self.compare_dir)}; submitting "
+                         "again skips done runs and resumes the others")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -242,10 +242,11 @@ def _write(cluster: ClusterConfig, jobs: list[ClusterJob], *, inputs: Sequence[s
            array_name: str | None = None, given: Sequence[TrainConfig] = ()) -> LaunchResult:
     if cluster.launcher == "k8s":
         texts = k8s.render(cluster, jobs, export=export)
-        submit = "kubectl apply -f " + (str(Path(cluster.out) / next(iter(texts))) if len(texts) == 1 else cluster.out)
+        submit = command_line("kubectl", "apply", "-f",
+                              Path(cluster.out) / next(iter(texts)) if len(texts) == 1 else cluster.out)
     else:
         texts = slurm.render(cluster, jobs, export=export, array_name=array_name)
-        submit = "sbatch " + str(Path(cluster.out) / next(iter(texts)))
+        submit = command_line("sbatch", Path(cluster.out) / next(iter(texts)))
     check_outputs(cluster, jobs, texts, export, given)
     # the job files' folder, as the command checks it, whoever calls: /dev was written into, a file on the path
     if problem := writable_problem(Output(cluster.out, "--out", "folder")):  # was mkdir's NotADirectoryError

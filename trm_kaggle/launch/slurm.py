@@ -23,7 +23,7 @@ import shlex
 from trm_kaggle.config import ClusterConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.launch.jobs import SETTINGS_FILE, ClusterJob, torchrun_line
-from trm_kaggle.wording import count, one_line
+from trm_kaggle.wording import command_line, count, one_line
 
 HEREDOC = "TRM_KAGGLE_SETTINGS"
 PORT_SPREAD = 1000  # the rendezvous port is --rdzv-port + (job id mod this)
@@ -60,7 +60,7 @@ def script(cluster: ClusterConfig, jobs: list[ClusterJob], name: str, export: st
              f"# trm-kaggle: {what}, on {count(cluster.nodes, 'node')} x {count(cluster.procs_per_node, 'worker')}; "
              "written, not "
              "submitted.",
-             f"# Submit: sbatch {name}.sbatch  (again after a failure or a time limit: a run resumes from its newest "
+             f"# Submit: {command_line('sbatch', name + '.sbatch')}  (again after a failure or a time limit: a run resumes from its newest "
              "train state; a done run ends at once)",
              f"#SBATCH --job-name={name}",
              f"#SBATCH --nodes={cluster.nodes}",
