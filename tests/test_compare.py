@@ -124,6 +124,46 @@ def test_a_sweep_run_recorded_done_without_its_folder_is_shown_missing(tmp_path,
     assert "(1 done)" in paths["markdown_text"]
 
 
+def test_a_sweep_run_recorded_done_without_its_metrics_is_said(tmp_path, caplog):
+    """A done run whose metrics.jsonl was deleted was shown done with `-` everywhere, without a word."""
+    sweep = tmp_path / "sweep"
+    write_run(sweep / "a_s0", ["seed=0"], train=[(5, 2.0, 1.0, 0.5, 0.8)])
+    write_run(sweep / "b_s0", ["seed=0", "lr=0.01"], train=[(5, 2.0, 1.0, 0.5, 0.8)])
+    write_run(sweep / "c_s0", ["seed=0", "lr=0.02"])
+    for name in ("b_s0", "c_s0"):
+        (sweep / name / "metrics.jsonl").unlink()
+    records = [{"name": "a_s0", "variant": "a", "seed": 0, "state": "done"},
+               {"name": "b_s0", "variant": "b", "seed": 0, "state": "done"},
+               {"name": "c_s0", "variant": "c", "seed": 0, "state": "running"}]
+    (sweep / "sweep.json").write_text(json.dumps({"format": "trm_kaggle.sweep", "version": 1, "runs": records}))
+    with caplog.at_level("WARNING"):
+        paths = write_comparison([sweep], tmp_path / "out")
+    said = [r.getMessage() for r in caplog.records if "metrics.jsonl" in r.getMessage()]
+    assert said == [f"sweep {sweep}: run b_s0 is recorded done but has no metrics.jsonl (deleted?): its columns are "
+                    "empty"], said  # a running run may have none yet: not said
+    assert rows_of(paths["csv"])["b_s0"]["state"] == "done"
+
+
+@pytest.mark.filterwarnings("ignore:Data has no positive values")  # the loss curve's log scale
+def test_a_text_cell_a_spreadsheet_reads_as_a_formula_is_neutralised_in_the_csv(tmp_path):
+    """Run folders named `=HYPERLINK(1)` and `+x-y` were written to table.csv as they are: a spreadsheet opening it
+    ran them as formulas. A number (a loss of -0.5) stays a number."""
+    runs = tmp_path / "runs"
+    names = ["=HYPERLINK(1)", "+x-y", "-a", "@b", "ok"]
+    for name in names:
+        write_run(runs / name, ["global_batch_size=8", "seed=0"], train=[(10, 4.0, -0.5, 0.10, 0.50)])
+    paths = write_comparison([runs], tmp_path / "cmp", metric="loss")
+    rows = list(csv.reader(io.StringIO(paths["csv"].read_text())))
+    header, body = rows[0], rows[1:]
+    cells = {r[0]: dict(zip(header, r)) for r in body}
+    assert sorted(cells) == sorted("'" + n if n[0] in "=+-@" else n for n in names)
+    for row in cells.values():
+        assert row["loss"] == "-0.5"
+        assert not any(c.startswith(("=", "+", "@", "\t", "\r")) for c in row.values())
+        assert not any(c.startswith("-") for k, c in row.items() if k != "loss")
+    assert "| =HYPERLINK(1) |" in paths["markdown_text"]  # Markdown is no spreadsheet: shown as named
+
+
 def test_a_sweep_runs_bad_config_says_its_settings_come_from_the_record(tmp_path, caplog):
     """The warning said the settings columns were left empty while lr was filled from sweep.json."""
     sweep = tmp_path / "sweep"

@@ -9,7 +9,8 @@ subdirectories are runs or sweeps. Runs whose settings differ only in their seed
 * table.csv: one row per run: final and best exact accuracy (on the test split when the run evaluated,
   and on its training batches), token accuracy, loss, steps, wall time, examples/s, parameters (with and
   without the puzzle-embedding table), peak training memory where the run logged it, then the settings
-  that differ between runs.
+  that differ between runs. A text cell a spreadsheet would read as a formula (one starting with = + - @, a
+  tab or a carriage return: a run folder named `=HYPERLINK(...)`) is written after a `'`; numbers as they are.
 * table.md: the same per group (mean ± standard deviation over seeds) and per run.
 * curves.png: the metric and the training loss against step and against wall time, one line per group
   (the mean over its seeds at each logged step, the band spanning their min to max).
@@ -148,6 +149,9 @@ def _sweep_runs(path: Path) -> list[RunData]:
             log.warning("sweep %s: run %s is recorded %s but %s is no folder (deleted?): shown as missing",
                         path, rec["name"], state, run_dir)  # counted done over nothing
             state = "missing"
+        elif state == "done" and not os.path.lexists(run_dir / METRICS_FILE):  # its columns empty, said so: a
+            log.warning("sweep %s: run %s is recorded done but has no %s (deleted?): its columns are empty",
+                        path, rec["name"], METRICS_FILE)  # pending run has none yet, a done one had one
         config = _config(run_dir, rec.get("settings"))
         runs.append(RunData(rec["name"], run_dir, path.name, rec.get("variant"), rec.get("seed"), state,
                             dotted(config)))
@@ -416,6 +420,17 @@ def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+#: What a spreadsheet reads as the start of a formula (`=HYPERLINK(...)`, `+x-y`, `@SUM`), or a tab or carriage
+#: return before one: a text cell of table.csv starting with one is written after a `'`, which shows it as text.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_cell(value: Any) -> Any:
+    """A cell of table.csv: a text (a run's folder name, a group, a setting read from a file) that a spreadsheet
+    would run as a formula, neutralised with a leading `'`; a number (-0.5) as it is."""
+    return "'" + value if isinstance(value, str) and value.startswith(_FORMULA_START) else value
+
+
 def comparison_tables(runs: Sequence[RunData]) -> tuple[str, str]:
     """(Markdown, CSV) of the runs: per group and per run in Markdown, per run in CSV."""
     rows = [summarise(r) for r in runs]
@@ -425,15 +440,15 @@ def comparison_tables(runs: Sequence[RunData]) -> tuple[str, str]:
 
     csv_out = io.StringIO()
     writer = csv.writer(csv_out, lineterminator="\n")
-    writer.writerow(["run", "group", "seed", "state"] + [k for k, _, _ in columns] + differ)
+    writer.writerow([_csv_cell(k) for k in ["run", "group", "seed", "state"] + [k for k, _, _ in columns] + differ])
     for r, row in zip(runs, rows):
         settings = [json.dumps(r.settings.get(k), default=str) if isinstance(r.settings.get(k), (list, dict))
                     else one_line(r.settings[k]) if isinstance(r.settings.get(k), str)  # as in table.md
                     else r.settings.get(k) for k in differ]
         # a number that is not finite is no data, as table.md's "-": never "inf" or "nan" in a file others read
-        writer.writerow([r.label, r.group, r.seed, r.state]
-                        + ["" if isinstance(row[k], float) and not math.isfinite(row[k]) else row[k]
-                           for k, _, _ in columns] + settings)
+        writer.writerow([_csv_cell(cell) for cell in [r.label, r.group, r.seed, r.state]
+                         + ["" if isinstance(row[k], float) and not math.isfinite(row[k]) else row[k]
+                            for k, _, _ in columns] + settings])
 
     def setting(r: RunData, k: str) -> str:
         if k not in r.settings:  # a run whose settings could not be read: empty, as the warning said (None is a
