@@ -37,10 +37,12 @@ import logging
 from IPython.display import Image, Markdown, display
 
 from trm_kaggle.experiments import write_comparison
+from trm_kaggle.outputs import notebook_output
 from trm_kaggle.wording import log_one_line_each
 
 # the package's warnings as one escaped line each: a run folder's name may hold escape sequences
 log_one_line_each(logging.WARNING)
+OUT_DIR = notebook_output("OUT_DIR", OUT_DIR)  # never the notebooks folder
 
 # %% [markdown]
 # ## Table

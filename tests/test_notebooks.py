@@ -351,6 +351,44 @@ def test_the_evaluate_notebook_refuses_its_report_before_any_inference(tmp_path,
     assert space["WEIGHTS"]["path"] == weights and space["TASKS"] == ["ev0"]
 
 
+@pytest.mark.parametrize("name,parameter,stop_at", [
+    ("build_dataset", "OUTPUT_DIR", "ArcBuildConfig(output_dir"), ("analysis", "OUT_DIR", "write_comparison(DIRS"),
+    ("evaluate", "REPORT_DIR", "load_inference_model("), ("train", "RUN_DIR", "train(cfg, signals=True)"),
+    ("train", "EXPORT_DIR", "train(cfg, signals=True)"), ("code_repair", "DATA_DIR", "build_code_repair("),
+    ("code_repair", "RUN_DIR", "build_code_repair("), ("code_repair", "EXPORT_DIR", "build_code_repair("),
+])
+def test_a_notebook_never_writes_into_the_notebooks_folder(tmp_path, monkeypatch, name, parameter, stop_at):
+    """The reproducer: build_dataset's OUTPUT_DIR and analysis's OUT_DIR in notebooks/ wrote a whole dataset and a
+    comparison there; every output parameter is refused in one line naming it, before any work."""
+    from trm_kaggle.errors import TRMError
+
+    before = sorted(p.name for p in NOTEBOOKS.iterdir())
+    weights = str(NOTEBOOKS.parent / "weights" / "arc2-cpu-tiny")
+    with pytest.raises(TRMError, match=rf"^{parameter} .*: lies in the notebooks folder "):
+        run_cells_until(name, stop_at, monkeypatch, tmp_path,
+                        **{"WEIGHTS_DIR": weights, "DATA_DIR": "data", parameter: str(NOTEBOOKS / "made-here")})
+    assert sorted(p.name for p in NOTEBOOKS.iterdir()) == before and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("name,parameters,said,stop_at", [
+    ("build_dataset", {"OUTPUT_DIR": ""}, r"^OUTPUT_DIR is empty", "ArcBuildConfig(output_dir"),
+    ("train", {"RUN_DIR": " "}, r"^RUN_DIR is empty", "train(cfg, signals=True)"),
+    ("build_dataset", {"MAX_TASKS": -3}, r"^MAX_TASKS: [^\n]*$", "verify_dataset(OUTPUT_DIR)"),
+    ("build_dataset", {"SUBSETS": "training2"}, r"^SUBSETS: [^\n]*$", "verify_dataset(OUTPUT_DIR)"),
+    ("code_repair", {"MAX_FILES": 0}, r"^MAX_FILES: [^\n]*$", "load_repair_tokens("),
+    ("code_repair", {"GRID": "0x-5"}, r"^GRID: [^\n]*$", "load_repair_tokens("),
+])
+def test_a_notebook_says_a_bad_setting_in_one_line_by_its_parameter(tmp_path, monkeypatch, name, parameters, said,
+                                                                    stop_at):
+    """An empty output path became the default without a word (None is the default); build_dataset's and
+    code_repair's settings were refused as pydantic's many-line ValidationError, in the config's field names."""
+    from trm_kaggle.errors import TRMError
+
+    with pytest.raises(TRMError, match=said):
+        run_cells_until(name, stop_at, monkeypatch, tmp_path, **parameters)
+    assert not list(tmp_path.iterdir())
+
+
 # ---------------------------------------------------------------------------
 # execution
 # ---------------------------------------------------------------------------

@@ -599,6 +599,29 @@ def check_kept(inputs: Iterable[Input], outputs: Iterable[Output]) -> None:
         raise TRMError(problem)
 
 
+#: The notebooks folder of the checkout this package runs from (absent where the package is installed alone).
+NOTEBOOKS_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+def notebook_output(name: str, value: str | os.PathLike | None, default: str | os.PathLike | None = None
+                    ) -> str | os.PathLike:
+    """A notebook's output parameter `name` (`value`; None: `default`) as the notebook will write it, or one TRMError
+    line naming the parameter: an empty or blank text (it became the default, or the current folder, without a
+    word), and a path in the notebooks folder (`NOTEBOOKS_DIR`: a dataset or a report written among the notebooks
+    dirtied the checkout and broke the notebooks' pair checks)."""
+    path = default if value is None else value
+    if not isinstance(path, (str, os.PathLike)):
+        raise TRMError(f"{name}: expected a path (a str), got {type(path).__name__}")
+    if problem := blank_path_problem(path):
+        raise TRMError(f"{name} {problem}")
+    refuse_nul(path, name)
+    folder, resolved = _resolved(NOTEBOOKS_DIR), _resolved(path)
+    if resolved == folder or _inside(resolved, folder):
+        raise TRMError(f"{name} {os.fspath(path)!r}: lies in the notebooks folder {folder}: a notebook never writes "
+                       f"there; name a folder outside it")
+    return path
+
+
 def check_io(inputs: Iterable[Input], outputs: Iterable[Output]) -> None:
     """Raise TRMError (one line) when an input is a broken link, an output overlaps an input or cannot be written;
     before any work. An empty or blank path is refused, named: the system would take it as the current folder."""
