@@ -4,7 +4,6 @@ would choose here, and the inference exports made from a run or from upstream's 
 from __future__ import annotations
 
 import argparse
-import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 from trm_kaggle.cli.common import command_parser, common_flags, say_defaults
 from trm_kaggle.config import MAX_GRID_CELLS, bounded_number
 from trm_kaggle.errors import TRMError
-from trm_kaggle.wording import one_line
+from trm_kaggle.wording import command_line, one_line
 
 
 def add_train(sub) -> None:
@@ -208,8 +207,8 @@ def _upstream_contents(checkpoint: str) -> Any:
         return None
     loaded = read_torch_file(Path(checkpoint), "checkpoint file")  # a text file: "not a readable PyTorch checkpoint"
     if holds_train_state(loaded):
-        raise TRMError(f"{checkpoint}: a trm-kaggle train state, not an upstream checkpoint: `trm-kaggle export "
-                       f"{shlex.quote(checkpoint)} --out DIR` makes an export")
+        raise TRMError(f"{checkpoint}: a trm-kaggle train state, not an upstream checkpoint: `"
+                       f"{command_line('trm-kaggle', 'export', checkpoint, '--out', 'DIR')}` makes an export")
     return loaded
 
 

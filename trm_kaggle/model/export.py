@@ -24,7 +24,6 @@ import logging
 import math
 import numbers
 import os
-import shlex
 from pathlib import Path
 from typing import Any, Callable, Mapping, get_args
 
@@ -43,7 +42,7 @@ from trm_kaggle.jsonio import directory_problem, parse_json, read_failure, read_
 from trm_kaggle.model.digest import content_digest
 from trm_kaggle.model.finite import check_finite
 from trm_kaggle.model.trm import ParameterCount, TinyRecursiveModel
-from trm_kaggle.wording import clipped, count, shown, type_name
+from trm_kaggle.wording import clipped, command_line, count, shown, type_name
 
 log = logging.getLogger(__name__)
 
@@ -328,7 +327,7 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
     if not isinstance(raw, dict) or raw.get("format") != EXPORT_FORMAT:
         if _is_training_run(path, raw):  # its config.json is the run's settings: the export is one command away
             raise TRMError(f"{path}: a training run's folder, not an export (its config.json holds the run's "
-                           f"settings): write one with `trm-kaggle export {shlex.quote(str(path))} --out EXPORT_DIR` "
+                           f"settings): write one with `{command_line('trm-kaggle', 'export', path, '--out', 'EXPORT_DIR')}` "
                            "and name that folder")
         raise TRMError(f"{cfg_path}: not a trm-kaggle inference config")
     try:  # strictly: "32" for a number or "yes" for a boolean was taken as 32 and True (a model card showed "32")
