@@ -10,6 +10,7 @@ from typing import get_args
 
 from trm_kaggle.cli.common import common_flags, config_kwargs, flag
 from trm_kaggle.config import MAX_SEED, EvaluateConfig, InferenceDtype, RepairEvalConfig, TaskIdMode, bounded_number
+from trm_kaggle.config.evaluate import TrajectorySelect
 from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate import MAX_DRAWN
 from trm_kaggle.names import typed_name
@@ -44,8 +45,7 @@ def add_evaluate(sub) -> None:
     for name in ("trajectories", "trajectory_seed", "test_depth"):
         flag(p, name, EvaluateConfig, type=int, default=None)
     flag(p, "trajectory_noise", EvaluateConfig, type=float, default=None)
-    flag(p, "trajectory_select", EvaluateConfig, choices=get_args(EvaluateConfig.model_fields["trajectory_select"].annotation),
-         default=None)
+    flag(p, "trajectory_select", EvaluateConfig, choices=get_args(TrajectorySelect), default=None)
     p.add_argument("--tasks", default=None, type=typed_name, nargs="+", metavar="ID",
                    help="task ids to draw in the report, separated by spaces or commas, in one argument or "
                         "several (an id of the test split holding either is taken whole; default: the first --first "

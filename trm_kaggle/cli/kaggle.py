@@ -11,6 +11,7 @@ from typing import get_args
 from trm_kaggle.cli.common import common_flags, config_kwargs, flag
 from trm_kaggle.config import (MAX_BATCH_SIZE, MAX_PLANNED_TASKS, EvaluateConfig, FinetuneMode, InferenceDtype,
                                PipelineConfig, SolveConfig, bounded_number, count_or_auto, field_help)
+from trm_kaggle.config.evaluate import TrajectorySelect
 from trm_kaggle.errors import TRMError
 from trm_kaggle.wording import count, one_line, shown as shown_name
 
@@ -64,7 +65,7 @@ def _add_solve_options(p: argparse.ArgumentParser) -> None:
     for name in ("trajectories", "test_depth"):  # test-time sampling (docs/test_time.md): priced K x depth
         flag(p, name, SolveConfig, type=int, default=None)
     flag(p, "trajectory_noise", SolveConfig, type=float, default=None)
-    flag(p, "trajectory_select", SolveConfig, choices=["q_halt", "first_halt"], default=None)
+    flag(p, "trajectory_select", SolveConfig, choices=get_args(TrajectorySelect), default=None)
 
 
 def _solve_config(args: argparse.Namespace, **required):

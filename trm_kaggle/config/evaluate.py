@@ -20,11 +20,14 @@ MAX_TRAJECTORY_NOISE = 1.0
 MIN_TRAJECTORY_NOISE = 1e-6  # of the state's own size: float32 (7 digits) rounds a smaller one away
 MAX_TEST_DEPTH = 1024
 TrajectorySelect = Literal["q_halt", "first_halt"]
+#: The rule that answers when none is chosen (`trajectory_select` None): a choice given at all, even this one, is
+#: a setting of the trajectories, refused with one trajectory as any other is.
+DEFAULT_TRAJECTORY_SELECT = "q_halt"
 
 
-def trajectory_problem(trajectories: int, noise: float, select: str = "q_halt", seed: int = 0) -> str | None:
+def trajectory_problem(trajectories: int, noise: float, select: str | None = None, seed: int = 0) -> str | None:
     """Why K trajectories with this noise, choice and seed contradict each other (None: they do not). A setting
-    of the trajectories given for one trajectory is refused: nothing would read it."""
+    of the trajectories given for one trajectory is refused: nothing would read it (`select` None: none chosen)."""
     if trajectories > 1 and noise == 0:
         return (f"trajectories {trajectories} need a trajectory_noise above 0: without noise every trajectory is "
                 "the same")
@@ -33,7 +36,7 @@ def trajectory_problem(trajectories: int, noise: float, select: str = "q_halt", 
                 f"so small a noise away, and the {trajectories} trajectories would all be the same")
     if trajectories == 1:
         given = [f"{name} {value!r}" for name, value, default in (("trajectory_noise", noise, 0.0),
-                                                                   ("trajectory_select", select, "q_halt"),
+                                                                   ("trajectory_select", select, None),
                                                                    ("trajectory_seed", seed, 0)) if value != default]
         if given:
             return (f"{', '.join(given)} need{'s' if len(given) == 1 else ''} trajectories of 2 or more: with one, "
@@ -80,11 +83,12 @@ class EvaluateConfig(_Config):
     trajectory_noise: float = Field(0.0, ge=0.0, le=MAX_TRAJECTORY_NOISE, allow_inf_nan=False,
                                     description="Gaussian noise added to both latent states between supervision "
                                     "steps, as a fraction of each position's RMS (needs trajectories >= 2)")
-    trajectory_select: TrajectorySelect = Field("q_halt", description="which trajectory answers (ARC: all vote, "
-                                                "first_halt only stops them early): q_halt = the highest q_halt logit "
-                                                "where it stopped; first_halt = the first to stop with q_halt > 0 "
-                                                "(trajectories stop at their first q_halt > 0), else the highest "
-                                                "q_halt")
+    trajectory_select: Optional[TrajectorySelect] = Field(None, description="which trajectory answers (ARC: all "
+                                                          "vote, first_halt only stops them early): q_halt = the "
+                                                          "highest q_halt logit where it stopped; first_halt = the "
+                                                          "first to stop with q_halt > 0 (trajectories stop at their "
+                                                          "first q_halt > 0), else the highest q_halt (default: "
+                                                          "q_halt; a choice needs trajectories >= 2)")
     trajectory_seed: int = Field(0, ge=0, le=MAX_SEED, description="seed of the trajectories' noise")
     test_depth: Optional[int] = Field(None, ge=1, le=MAX_TEST_DEPTH, description="ACT (supervision) steps at test "
                                       "time, beyond the trained halt_max_steps if asked, and count the rows whose "
@@ -115,6 +119,11 @@ class EvaluateConfig(_Config):
     def stops_at_first_halt(self) -> bool:
         """Whether examples stop at their first q_halt > 0: early_exit, or first-to-halt selection."""
         return self.early_exit or (self.trajectories > 1 and self.trajectory_select == "first_halt")
+
+    @property
+    def selection(self) -> str:
+        """The rule that answers: trajectory_select, else its default (q_halt)."""
+        return self.trajectory_select or DEFAULT_TRAJECTORY_SELECT
 
     def updated(self, **changes) -> "EvaluateConfig":
         """This config with `changes`, checked like any EvaluateConfig (`model_copy(update=...)` checks nothing: a

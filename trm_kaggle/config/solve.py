@@ -121,8 +121,10 @@ class SolveConfig(_Config):
     trajectory_noise: float = Field(0.0, ge=0.0, le=MAX_TRAJECTORY_NOISE, allow_inf_nan=False,
                                     description="noise between supervision steps, as a fraction of each position's "
                                     "RMS (needs trajectories >= 2)")
-    trajectory_select: TrajectorySelect = Field("q_halt", description="first_halt: trajectories stop at their first "
-                                                "q_halt > 0 (ARC votes with every trajectory either way)")
+    trajectory_select: Optional[TrajectorySelect] = Field(None, description="first_halt: trajectories stop at "
+                                                          "their first q_halt > 0 (ARC votes with every trajectory "
+                                                          "either way) (default: q_halt; a choice needs trajectories "
+                                                          ">= 2)")
     test_depth: Optional[int] = Field(None, ge=1, le=MAX_TEST_DEPTH, description="ACT steps of prediction alone, "
                                       "fine-tuning keeping halt_max_steps (default: halt_max_steps)")
     fallback: Literal["input", "blank"] = Field("input", description="attempts for tasks the model does not answer: "

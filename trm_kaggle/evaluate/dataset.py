@@ -29,8 +29,9 @@ import torch
 from trm_kaggle.config import EvaluateConfig
 from trm_kaggle.data import IGNORE_LABEL_ID, PuzzleLoader
 from trm_kaggle.errors import DataError
-from trm_kaggle.evaluate.predict import (check_model_fits, _halt_max_steps, _sync, dataset_argument, evaluate_config,
-                                         model_argument, placed)
+from trm_kaggle.evaluate.predict import (activation_dtype, check_model_fits, _halt_max_steps, _sync, dataset_argument,
+                                         evaluate_config, model_argument, placed)
+from trm_kaggle.evaluate.report import dtype_words
 from trm_kaggle.evaluate.stats import Z95, format_interval, wilson_interval
 from trm_kaggle.jsonio import is_regular
 from trm_kaggle.model import ContinuousRollout, balanced_slots, counts_settled
@@ -61,6 +62,7 @@ class DatasetResult:
     early_exit: bool
     seconds: float
     forward_rows: int
+    dtype: str  # the activations' dtype that ran (`auto` and `export` resolved; "" for a model that does not say)
 
     def summary(self) -> dict:
         return {"dataset": self.dataset_dir, "kind": "dataset", "examples": self.examples,
@@ -69,7 +71,7 @@ class DatasetResult:
                 "mean_steps": self.mean_steps, "max_steps": self.max_steps, "early_exit": self.early_exit,
                 "trajectories": self.trajectories, "trajectory_noise": self.trajectory_noise,
                 "trajectory_select": self.trajectory_select, "noisy_chosen": self.noisy_chosen,
-                "settled": self.settled, "forward_rows": self.forward_rows,
+                "settled": self.settled, "forward_rows": self.forward_rows, "dtype": self.dtype,
                 "timing": {"seconds_total": self.seconds,
                            "examples_per_second": self.examples / self.seconds if self.seconds > 0 else float("nan")}}
 
@@ -111,7 +113,7 @@ def _score(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: Evaluate
     K = cfg.trajectories
     slots = cfg.batch_size if device.type == "xla" else balanced_slots(n * K, cfg.batch_size)
     rollout = ContinuousRollout(model, slots, steps, cfg.stops_at_first_halt, device=device, trajectories=K,
-                                noise=cfg.trajectory_noise, select=cfg.trajectory_select, seed=cfg.trajectory_seed,
+                                noise=cfg.trajectory_noise, select=cfg.selection, seed=cfg.trajectory_seed,
                                 track_settled=counts_settled(cfg.test_depth))
 
     def source():
@@ -139,9 +141,9 @@ def _score(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: Evaluate
     return DatasetResult(str(dataset_dir), count, t["exact"] / count, wilson_interval(t["exact"], count),
                          t["token_accuracy"] / count,
                          _mean_interval(t["token_accuracy"], t["token_accuracy_sq"], count), t["steps"] / count,
-                         steps, K, cfg.trajectory_noise, cfg.trajectory_select, int(t["noisy_chosen"]),
+                         steps, K, cfg.trajectory_noise, cfg.selection, int(t["noisy_chosen"]),
                          int(t["settled"]) if counts_settled(cfg.test_depth) else None, cfg.stops_at_first_halt,
-                         time.perf_counter() - t0, rollout.rows_forwarded)
+                         time.perf_counter() - t0, rollout.rows_forwarded, activation_dtype(model, device))
 
 
 def format_dataset_metrics(s: dict) -> str:
@@ -151,7 +153,7 @@ def format_dataset_metrics(s: dict) -> str:
              f"token accuracy (mean over examples of their label tokens right): {s['token_accuracy']:.4f} "
              f"({format_interval(s['token_accuracy_ci95'])}, normal, unit: examples)",
              f"ACT steps: {s['mean_steps']:.2f} on average of at most {s['max_steps']}"
-             + (" (early exit)" if s["early_exit"] else "")]
+             + (" (early exit)" if s["early_exit"] else "") + dtype_words(s)]
     if s["trajectories"] > 1:
         lines.append(f"trajectories: {s['trajectories']} per example, noise {s['trajectory_noise']:g} x RMS, "
                      f"selected by {s['trajectory_select']}; {s['noisy_chosen']:,} of {s['examples']:,} answered by "
