@@ -211,3 +211,22 @@ def test_ignored_labels_are_left_out_of_evaluates_scores_as_of_trainings(sudoku4
     captured = capsys.readouterr()
     assert rc == 2 and "has a label to score" in captured.err and "0.0000" not in captured.out
     assert not (tmp_path / "rep").exists()
+
+
+@pytest.mark.parametrize("dtype, ran", [("bfloat16", "bfloat16"), ("auto", "float32"), ("export", "float16")])
+def test_the_report_records_and_the_summary_says_the_dtype_that_ran(sudoku4, tmp_path, capsys, dtype, ran):
+    """evaluation.md says report.json records the dtype that ran: a Sudoku or Maze report had no dtype anywhere, and
+    nothing printed said whether --dtype float16 ran. The dtype recorded is the one `auto` and `export` resolve to
+    (auto: float32 on a CPU for this narrow model; export: the export's own forward_dtype)."""
+    from trm_kaggle.config import ArchConfig
+
+    meta = load_metadata(sudoku4, "test")
+    torch.manual_seed(0)
+    model = TinyRecursiveModel(ArchConfig(**{**TINY_ARCH.model_dump(), "forward_dtype": "float16"}), meta.seq_len,
+                               meta.vocab_size, meta.num_puzzle_identifiers)
+    export_inference(tmp_path / "export", model, arch=model.arch, seq_len=model.seq_len, vocab_size=model.vocab_size)
+    assert main(["evaluate", "--weights", str(tmp_path / "export"), "--data", str(sudoku4), "--device", "cpu",
+                 "--no-progress", "--dtype", dtype, "--report-dir", str(tmp_path / "rep")]) == 0
+    out = capsys.readouterr().out
+    assert "ACT steps: " in out and f", activations in {ran}\n" in out, out
+    assert json.loads((tmp_path / "rep" / "report.json").read_text())["summary"]["dtype"] == ran

@@ -94,6 +94,12 @@ def _halt_max_steps(model: torch.nn.Module) -> int:
     return int(arch.halt_max_steps)
 
 
+def activation_dtype(model: torch.nn.Module, device: torch.device) -> str:
+    """The dtype `model` computes in on `device` (its forward dtype, `auto` and `export` resolved), as a report
+    records it: "float32", "bfloat16"...; "" for a model that does not say."""
+    return str(model.compute_dtype(device)).removeprefix("torch.") if hasattr(model, "compute_dtype") else ""
+
+
 def check_model_fits(model: torch.nn.Module, dataset_dir: str | os.PathLike, meta: DatasetMetadata) -> None:
     """TRMError where the model's embedding table or sequence length does not fit the dataset."""
     n_model = getattr(model, "num_puzzle_identifiers", None)
@@ -390,6 +396,5 @@ def _predict(model, dataset_dir, batch_size, device, early_exit, max_steps, prog
                        dataset_dir=str(Path(dataset_dir)), max_steps=steps_max, early_exit=early_exit,
                        forward_rows=rollout.rows_forwarded, seconds_model=seconds_model,
                        seconds_total=time.perf_counter() - t_start, device=str(device),
-                       dtype=str(model.compute_dtype(device)).removeprefix("torch.")
-                       if hasattr(model, "compute_dtype") else "", logits=logits, trajectories=K,
+                       dtype=activation_dtype(model, device), logits=logits, trajectories=K,
                        noise=noise if K > 1 else 0.0, settled=settled)

@@ -78,8 +78,13 @@ def format_metrics(s: dict) -> str:
         lines.append(f"settled: {s['settled']:,} of {s['prediction_rows']:,} predictions (the predictions of their "
                      f"last 3 ACT steps equal) after {s['max_steps']} steps")
     lines.append(f"{s['num_examples']:,} examples, {t['examples_per_second']:.1f} examples/s, "
-                 f"{100 * t['share_outside_model']:.1f} % of the time outside the model")
+                 f"{100 * t['share_outside_model']:.1f} % of the time outside the model{dtype_words(s)}")
     return "\n".join(lines)
+
+
+def dtype_words(s: dict) -> str:
+    """The activations' dtype that ran, as a summary's line ends with it ("" where the model did not say)."""
+    return f", activations in {s['dtype']}" if s.get("dtype") else ""
 
 
 def _number(value: float | None) -> str:
