@@ -956,3 +956,49 @@ def test_evaluate_export_refuses_the_test_puzzles_verify_and_train_refuse(datase
     with pytest.raises(DataError) as err:
         evaluate_export(str(tmp_path / "export"), str(copy), device="cpu", out=lambda _: None)
     assert str(err.value) == str(said.value)
+
+
+def test_the_printed_arc_summary_says_the_dtype_that_ran(dataset, tmp_path, capsys):
+    """report.json records the dtype that ran (`auto` resolved); the printed summary, which names the run's other
+    settings (trajectories, steps), says it too."""
+    from trm_kaggle.cli import main
+    from trm_kaggle.model.export import export_inference
+
+    model = make_model(dataset, H_cycles=1)
+    export_inference(tmp_path / "export", model, arch=model.arch, seq_len=model.seq_len, vocab_size=model.vocab_size)
+    assert main(["evaluate", "--weights", str(tmp_path / "export"), "--data", str(dataset), "--device", "cpu",
+                 "--dtype", "bfloat16", "--max-tasks", "2", "--no-progress", "--report-dir", str(tmp_path / "rep")]) == 0
+    assert "% of the time outside the model, activations in bfloat16\n" in capsys.readouterr().out
+    assert json.loads((tmp_path / "rep" / "report.json").read_text())["summary"]["dtype"] == "bfloat16"
+
+
+@pytest.mark.parametrize("damage", ["truncated", "reindented"])
+def test_a_damaged_dataset_json_is_said_in_verifys_and_trainings_words(dataset, tmp_path, capsys, damage):
+    """A dataset.json cut short was "unreadable dataset.json: ... (the file ends early: truncated?)" to verify and
+    train (`check_metadata`, first) but "differs from the contents its builder recorded" to evaluate, which read
+    contents.json first. Evaluate now checks in their order: the same line from all three. A dataset.json still
+    valid but changed is the contents line from each."""
+    from trm_kaggle.cli import main
+    from trm_kaggle.data import check_metadata
+    from trm_kaggle.model.export import export_inference
+
+    model = make_model(dataset, H_cycles=1)
+    export_inference(tmp_path / "export", model, arch=model.arch, seq_len=model.seq_len, vocab_size=model.vocab_size)
+    copy = tmp_path / "ds"
+    shutil.copytree(dataset, copy)
+    assert (copy / "contents.json").is_file()
+    meta = copy / "train" / "dataset.json"
+    text = meta.read_text()
+    meta.write_text(text[:text.index(":") + 1] if damage == "truncated" else json.dumps(json.loads(text), indent=7))
+    words = "unreadable dataset.json: " if damage == "truncated" else "differs from the contents its builder recorded"
+    if damage == "truncated":  # training's check, before its run folder
+        with pytest.raises(DataError, match=words):
+            check_metadata(copy)
+    said = []
+    for argv in (["verify", str(copy)],
+                 ["evaluate", "--weights", str(tmp_path / "export"), "--data", str(copy), "--device", "cpu",
+                  "--no-progress", "--report-dir", str(tmp_path / "rep")]):
+        assert main(argv) == 2
+        said.append(capsys.readouterr().err.strip().splitlines()[-1])
+    assert words in said[0] and said[1] == said[0], said
+    assert not (tmp_path / "rep").exists()

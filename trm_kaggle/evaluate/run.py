@@ -77,10 +77,11 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
     # where the votes and the report go, as `evaluate` checks them: votes in /dev were written after the inference
     if problem := next(filter(None, (writable_problem(o) for o in outputs if o.path not in (None, ""))), None):
         raise TRMError(problem)
-    contents_hash(data)  # a dataset changed after its build is refused here, as training and verify refuse it
-    # and what verify and training refuse without reading a token row, in their words: an ARC test split without its
+    # what verify and training refuse without reading a token row, first and in their words, as they check it (an
+    # unreadable dataset.json is said so, not "differs from the contents"): an ARC test split without its
     # test_puzzles.json was scored per example, a task the file names but the split lacks counted as failed
     check_metadata(data)
+    contents_hash(data)  # then a dataset changed after its build is refused here, as training and verify refuse it
     arc = is_arc_dataset(data)
     _check_something_to_score(data, arc)
     if not arc and (pool_with or save_votes):
