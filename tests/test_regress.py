@@ -257,6 +257,48 @@ def test_a_file_that_is_no_notebook_is_said_so(suite, tmp_path, capsys, text):
     assert rc != 0 and f"{suite / 'acc.ipynb'} is not a notebook papermill can read" in stdout + stderr
 
 
+def test_a_notebook_paired_as_the_docs_say_runs_without_a_kernelspec(tmp_path, capsys):
+    """The reproducer: a .py in percent format without a jupytext header, paired by `jupytext --to ipynb`
+    (docs/regression.md, "Adding a notebook"), has no kernelspec: papermill's inspect_notebook refused it ("No kernel
+    name found"), although the runner names the kernel itself."""
+    folder = tmp_path / "nbs"
+    folder.mkdir()
+    (folder / "x.py").write_text("# %% [markdown]\n# guards x\n\n# %% tags=[\"parameters\"]\nWORK_DIR = None\n\n"
+                                 "# %%\nfrom trm_kaggle.experiments.recorded import record\n"
+                                 "import os\nassert os.path.isdir(WORK_DIR)\nrecord('a', 1.0)\n")
+    subprocess.run([sys.executable, "-m", "jupytext", "--to", "ipynb", str(folder / "x.py")], check=True,
+                   capture_output=True)
+    assert "kernelspec" not in json.loads((folder / "x.ipynb").read_text())["metadata"]
+    write_baselines(folder, {"x": {"a": b(1.0, 0)}})
+    rc, stdout, stderr = regress(capsys, folder, tmp_path / "out")
+    assert rc == 0, stdout + stderr
+    assert "1 comparison" in stdout
+
+
+def test_a_notebook_past_its_time_limit_is_its_failure_alone(suite, tmp_path, capsys):
+    """A cell that never ends held regress (and CI) for ever: papermill has no limit by default, and its own is per
+    cell. `--timeout` limits each whole notebook; the one past it is stopped and said in one line, the others run."""
+    import time
+
+    write_notebook(suite, "count", "import time\nrecord('changed', 0)\ntime.sleep(600)\n")
+    t0 = time.monotonic()
+    rc, stdout, stderr = regress(capsys, suite, tmp_path / "out", "--timeout", "8", "--jobs", "2")
+    assert time.monotonic() - t0 < 120
+    assert rc == 2, stdout + stderr
+    said = [line for line in stderr.splitlines() if "time limit" in line]
+    assert len(said) == 1 and "error: count: ran past its time limit of 8 s (--timeout): stopped in cell [3]" in \
+        said[0], stdout + stderr
+    assert "| acc | accuracy | 0.8 (higher is better, tolerance 0.05) | 0.8 | ok |" in \
+        (tmp_path / "out" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("value", ["nan", "0", "-5"])
+def test_a_bad_timeout_is_refused_before_any_notebook(suite, tmp_path, capsys, value):
+    rc, stdout, stderr = regress(capsys, suite, tmp_path / "out", "--timeout", value)
+    assert rc == 2 and "--timeout=" in stderr and ": expected a number from 0.001 to" in stderr
+    assert not (tmp_path / "out" / "executed").exists()
+
+
 def test_each_kernel_starts_in_the_notebooks_folder_whatever_the_process_folder(tmp_path, capsys, monkeypatch):
     """Notebooks read paths relative to their folder. papermill's `cwd` changes the whole process's folder, which
     notebooks run at once on threads undo for one another; the kernel's own start folder does not depend on it

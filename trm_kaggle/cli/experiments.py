@@ -107,6 +107,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def add_regress(sub) -> None:
+    from trm_kaggle.experiments.regression import TIMEOUT_S
+
     p = sub.add_parser("regress", help="run the regression notebooks and compare their metrics with the baselines",
                        description="Runs the regression notebooks (notebooks/regression) with papermill, several at "
                                    "once where cores allow, reads the metrics each records, compares them with "
@@ -123,6 +125,9 @@ def add_regress(sub) -> None:
                    help="folder of the notebooks and their baselines.json (default: notebooks/regression of this "
                         "checkout)")
     p.add_argument("--jobs", type=int, default=None, help="notebooks run at once (default: one per usable CPU core)")
+    p.add_argument("--timeout", type=float, default=TIMEOUT_S, metavar="SECONDS",
+                   help=f"each notebook's time limit, the whole notebook's: one still running then is stopped and "
+                        f"fails, the others run on (default: {TIMEOUT_S:g})")
     common_flags(p)
     p.set_defaults(func=cmd_regress)
 
@@ -131,4 +136,4 @@ def cmd_regress(args: argparse.Namespace) -> int:
     from trm_kaggle.experiments import regress
 
     return regress(args.names, out=args.out, update=args.update_baselines, notebook_dir=args.notebooks,
-                   jobs=args.jobs)
+                   jobs=args.jobs, timeout=args.timeout)

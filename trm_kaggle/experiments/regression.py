@@ -61,7 +61,7 @@ import pydantic
 from pydantic import Field
 
 from trm_kaggle.atomic import append_line, atomic_write_bytes, atomic_write_text, check_log
-from trm_kaggle.config import path_argument, texts_argument, validation_line, whole_argument
+from trm_kaggle.config import number_argument, path_argument, texts_argument, validation_line, whole_argument
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.hardware import usable_cores
 from trm_kaggle.interrupts import FirstStopOnly
@@ -77,7 +77,12 @@ BASELINES_FORMAT = "trm_kaggle.regression-baselines"
 GOLDEN = "golden"  # a notebook's golden files live in <notebooks>/golden (ignored by the dirty check)
 HISTORY = "history.jsonl"
 OUT_FOLDERS = ("executed", "history", "work")  # what a run writes into below --out (with report.md, HISTORY)
-PARAMETERS = ("WORK_DIR", "UPDATE_GOLDEN", "GOLDEN_OUT")  # what the runner passes, to the notebooks that declare them
+KERNEL = "python3"  # the kernel every notebook runs on, whatever kernelspec the notebook names (or none)
+PARAMETERS = ("WORK_DIR", "UPDATE_GOLDEN", "GOLDEN_OUT")
+#: A notebook's time limit, the whole notebook's (`--timeout`): one that runs past it is stopped and is its failure
+#: alone, the others run on. papermill's own limit is per cell and none by default: a cell that waited for ever held
+#: CI for ever. An hour is many times what each of the suite's notebooks takes on two cores.
+TIMEOUT_S = 3600.0  # what the runner passes, to the notebooks that declare them
 Verdict = Literal["ok", "improved", "regressed", "new"]  # new: no value yet (--update-baselines)
 
 
@@ -200,11 +205,11 @@ class Kernels:
             self._end(manager)
 
     @staticmethod
-    def _end(manager) -> None:
+    def _end(manager, sig: int = signal.SIGTERM) -> None:
         pid = getattr(getattr(manager, "provisioner", None), "pid", None)
         if isinstance(pid, int) and pid > 0:
             with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGTERM)
+                os.kill(pid, sig)
 
 
 def _kernel_manager_class(kernels: Kernels | None = None, mine: list | None = None):
@@ -288,10 +293,41 @@ class _KernelDeathSaid(logging.Filter):
         return not str(record.msg).startswith("Kernel died")
 
 
+def declared_parameters(source: Path) -> set[str]:
+    """The names the notebook's `parameters` cell assigns, read as papermill reads them for `KERNEL`, the kernel every
+    notebook runs on: papermill's own `inspect_notebook` asks the notebook's kernelspec, which a notebook made from
+    its .py by `jupytext --to ipynb` (docs/regression.md) has none of ("No kernel name found")."""
+    from papermill.iorw import load_notebook_node
+    from papermill.translators import PythonTranslator
+    from papermill.utils import find_first_tagged_cell_index
+
+    nb = load_notebook_node(str(source))
+    at = find_first_tagged_cell_index(nb, "parameters")
+    return set() if at < 0 else {p.name for p in PythonTranslator.inspect(nb.cells[at])}
+
+
+def _time_limit(managers: list, seconds: float | None, done, expired: list) -> None:
+    """Wait for `done` (an Event) at most `seconds`, then end the notebook's kernels (`managers`: SIGTERM, then
+    SIGKILL every second for one that stays) until it is set; `expired` gets True when the limit was reached."""
+    if seconds is None or done.wait(seconds):
+        return
+    expired.append(True)
+    sig = signal.SIGTERM
+    while not done.is_set():
+        for manager in list(managers):
+            Kernels._end(manager, sig)
+        sig = getattr(signal, "SIGKILL", signal.SIGTERM)
+        done.wait(1.0)
+
+
 def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool = False,
-                 kernels: Kernels | None = None, made: list[Path] | None = None) -> NotebookRun:
+                 kernels: Kernels | None = None, made: list[Path] | None = None,
+                 timeout: float | None = TIMEOUT_S) -> NotebookRun:
     """Execute one notebook with papermill and read its records (a failure becomes `error`, never raises). Its
-    kernel is noted in `kernels`, its work folder in `made` (for a stop to end and remove)."""
+    kernel is noted in `kernels`, its work folder in `made` (for a stop to end and remove); one still running after
+    `timeout` seconds (None: no limit) is ended, and that is its error."""
+    import threading
+
     import papermill
     from nbclient.exceptions import DeadKernelError
     from papermill.exceptions import PapermillExecutionError
@@ -302,9 +338,13 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
     t0 = time.perf_counter()
     work = None
     managers: list = []  # this notebook's kernel manager
+    done, expired = threading.Event(), []
+    limit = threading.Thread(target=_time_limit, args=(managers, timeout, done, expired), daemon=True,
+                             name=f"regress-timeout-{name}")
+    limit.start()
     try:
         try:
-            declared = papermill.inspect_notebook(str(source))
+            declared = declared_parameters(source)
         except Exception as e:  # noqa: BLE001 - JSON that is no notebook (a list, cells that are text): said so
             raise TRMError(f"{source} is not a notebook papermill can read ({type(e).__name__}: "
                            f"{_first_line(e)})") from None
@@ -330,7 +370,7 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
         try:
             papermill.execute_notebook(str(source), str(written), parameters={k: v for k, v in given.items()
                                                                               if k in declared},
-                                       kernel_name="python3", language="python", progress_bar=False,
+                                       kernel_name=KERNEL, language="python", progress_bar=False,
                                        resources={"metadata": {"path": str(notebook_dir.resolve())}},
                                        kernel_manager_class=_kernel_manager_class(kernels, managers))
         except OSError:  # the notebook's file not written whole (a full disk, `ulimit -f`): a cut file is no notebook,
@@ -355,6 +395,12 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
         run.error = os_error_line(e)
     except Exception as e:  # noqa: BLE001 - a notebook papermill cannot read: this one's loss
         run.error = f"{type(e).__name__}: {_first_line(e)}"
+    finally:
+        done.set()
+    limit.join()
+    if expired and run.error is not None:  # how the kernel's end was said (it died, a cell failed) is ours
+        run.error = (f"ran past its time limit of {timeout:g} s (--timeout): stopped{_dying_cell(executed)}"
+                     + (f" (see {executed})" if executed.is_file() else ""))
     run.seconds = time.perf_counter() - t0
     if work is not None and (run.error is None or not _holds_anything(work)):
         shutil.rmtree(work, ignore_errors=True)  # ours; a failed run keeps it for a look, when there is one
@@ -598,7 +644,8 @@ def _check_request(names: Sequence[str], notebook_dir: Path, baselines: Baseline
 
 def regress(names: Sequence[str] = (), out: str | os.PathLike = "runs/regression", update: bool = False,
             notebook_dir: str | os.PathLike | None = None, jobs: int | None = None,
-            say: Callable[[str], None] = print, warn: Callable[[str], None] | None = None) -> int:
+            say: Callable[[str], None] = print, warn: Callable[[str], None] | None = None,
+            timeout: float | None = TIMEOUT_S) -> int:
     """Run the notebooks, compare, report, keep the history; returns the exit status (module docstring)."""
     warn = warn or (lambda line: print(line, file=sys.stderr, flush=True))
     names = texts_argument("names", names, "a notebook's name")  # 'golden' was the notebooks g, o, l, ...
@@ -630,16 +677,22 @@ def regress(names: Sequence[str] = (), out: str | os.PathLike = "runs/regression
             jobs = whole_argument("jobs", jobs, 1, 1024)
         except ValueError as e:
             raise TRMError(f"--{e}") from None
+    if timeout is not None:  # a notebook's whole time (TIMEOUT_S); NaN, 0 or less would stop none or every one
+        try:
+            timeout = number_argument("timeout", timeout, 1e-3, 1e9)
+        except ValueError as e:
+            raise TRMError(f"--{e}") from None
     # one writer per folder (trm_kaggle.locks): an update holds the notebooks folder (baselines.json and golden/
     # are read at the start and written at the end: a second update would drop the first one's values), a
     # comparison shares it with other comparisons; --out is held from its first write
     with contextlib.ExitStack() as held:
         held.enter_context(directory_lock(notebook_dir, "regress --update-baselines" if update else "regress",
                                           shared=not update, required=update))
-        return _regress(names, out, update, notebook_dir, jobs, say, warn, held)
+        return _regress(names, out, update, notebook_dir, jobs, say, warn, held, timeout)
 
 
-def _run_all(chosen: list[str], notebook_dir: Path, out: Path, update: bool, workers: int) -> list[NotebookRun]:
+def _run_all(chosen: list[str], notebook_dir: Path, out: Path, update: bool, workers: int,
+             timeout: float | None = TIMEOUT_S) -> list[NotebookRun]:
     """Run the notebooks, `workers` at a time. A stop (Ctrl-C, SIGTERM) ends their kernels, waits for their threads
     (a second signal meanwhile is dropped: the first one's line comes) and removes the work folders they made."""
     kernels, made = Kernels(), []
@@ -649,7 +702,8 @@ def _run_all(chosen: list[str], notebook_dir: Path, out: Path, update: bool, wor
     said = _KernelDeathSaid()
     logging.getLogger("papermill").addFilter(said)
     try:
-        runs = list(pool.map(lambda n: run_notebook(n, notebook_dir, out, update, kernels, made), chosen))
+        runs = list(pool.map(lambda n: run_notebook(n, notebook_dir, out, update, kernels, made, timeout),
+                             chosen))
         _remove_if_empty(out / "work", work_made)
         return runs
     except BaseException:
@@ -724,7 +778,8 @@ def _remove_if_empty(folder: Path, made: bool) -> None:
 
 
 def _regress(names: Sequence[str], out: Path, update: bool, notebook_dir: Path, jobs: int | None,
-             say: Callable[[str], None], warn: Callable[[str], None], held: contextlib.ExitStack) -> int:
+             say: Callable[[str], None], warn: Callable[[str], None], held: contextlib.ExitStack,
+             timeout: float | None = TIMEOUT_S) -> int:
     baselines_path = notebook_dir / BASELINES
     baselines = load_baselines(baselines_path)
     chosen = _check_request(names, notebook_dir, baselines, baselines_path, update)
@@ -745,7 +800,7 @@ def _regress(names: Sequence[str], out: Path, update: bool, notebook_dir: Path, 
     last = last_seconds(read_history(out / HISTORY, warn))  # before the notebooks: a FIFO or no permission stops
     chosen.sort(key=lambda n: -last.get(n, 0.0))  # longest first: the cores stay busy until the end
     say(f"running {count(len(chosen), 'regression notebook')} ({', '.join(map(shown, chosen))}), {workers} at a time")
-    runs = _run_all(chosen, notebook_dir, out, update, workers)
+    runs = _run_all(chosen, notebook_dir, out, update, workers, timeout)
     for r in runs:
         done = f"{count(len(r.metrics), 'metric')} in {r.seconds:.0f} s"
         say(f"{shown(r.name)}: " + (f"FAILED: {one_line(r.error)}" if r.error else done))
