@@ -152,6 +152,82 @@ def test_a_signal_during_an_evaluation_cuts_it_short(sudoku4, tmp_path, monkeypa
     assert not [r for r in records if "eval_exact_accuracy" in r]  # no metrics of a cut evaluation
 
 
+#: what a record says of the process that wrote it (its clock, its pace, its memory), not of the training
+_PROCESS_FIELDS = {"examples_per_s", "elapsed_s", "start_step", "evaluation_s", "wall_s"}
+
+
+def comparable_records(run: Path) -> list[dict]:
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in _PROCESS_FIELDS and "_gb" not in k} for r in records]
+
+
+def cut_evaluation_at(monkeypatch, cut_at: int) -> list[int]:
+    """Make the evaluation of step `cut_at` be cut short by a SIGTERM that lands while it runs; the steps of
+    every evaluation that ran are listed."""
+    real, ran = evaluation.evaluate_split, []
+
+    def evaluate_split(model, cfg, rt, *args, **kwargs):
+        step = 5 * (len(ran) + 1)  # eval_interval=1: one evaluation every 5 steps
+        ran.append(step)
+        if step == cut_at:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # what the signal cuts short
+        return real(model, cfg, rt, *args, **kwargs)
+
+    monkeypatch.setattr(evaluation, "evaluate_split", evaluate_split)
+    return ran
+
+
+@pytest.mark.parametrize("cut_at", [10, 15])  # inside the schedule; its last step
+def test_a_resume_runs_the_evaluation_a_signal_cut_short_first(sudoku4, tmp_path, monkeypatch, cut_at):
+    """The state of the cut evaluation's step notes it: the resumed run runs it before its first step, so its
+    metrics.jsonl (losses, evaluations) equals an unbroken run's, and what hangs on an evaluation (on_eval, a state
+    with checkpoint_every_eval) happens at that step too. Before, it was lost for good: an unbroken run of 15 steps
+    evaluated at 5, 10 and 15, a resumed one at 5 and 15 (at 5 and 10 when the last one was cut: the rerun said the
+    run was done)."""
+    settings = ("max_steps=15", "eval_interval=1", "checkpoint_every_eval=True")
+    unbroken_evals: list[int] = []
+    train(cfg_for(sudoku4, tmp_path / "unbroken", *settings), on_eval=lambda step, m: unbroken_evals.append(step))
+    assert unbroken_evals == [5, 10, 15]
+
+    run = tmp_path / "run"
+    with monkeypatch.context() as patched:
+        cut_evaluation_at(patched, cut_at)
+        with pytest.raises(TrainingInterrupted, match=f"stopped by SIGTERM at step {cut_at}"):
+            train(cfg_for(sudoku4, run, *settings), signals=True)
+    resumed_evals: list[int] = []
+    result = train(cfg_for(sudoku4, run, *settings), on_eval=lambda step, m: resumed_evals.append(step))
+    assert resumed_evals == [s for s in (5, 10, 15) if s >= cut_at] and result.step == 15
+    assert comparable_records(run) == comparable_records(tmp_path / "unbroken")
+    assert ckpt.load_train_state(ckpt.state_path(run, cut_at))["evaluation_due"] is False  # saved at the evaluation
+    again = train(cfg_for(sudoku4, run, *settings))  # nothing left: the rerun after it is done, and adds no record
+    assert again.already_done and comparable_records(run) == comparable_records(tmp_path / "unbroken")
+
+
+def test_a_resumed_evaluation_cut_short_again_stays_due(sudoku4, tmp_path, monkeypatch):
+    """A signal during the resumed run's first evaluation (the one cut before) leaves it due in the state again."""
+    settings = ("max_steps=15", "eval_interval=1")
+    run = tmp_path / "run"
+    with monkeypatch.context() as patched:
+        cut_evaluation_at(patched, 10)
+        with pytest.raises(TrainingInterrupted, match="at step 10"):
+            train(cfg_for(sudoku4, run, *settings), signals=True)
+    with monkeypatch.context() as patched:
+        real = evaluation.evaluate_split
+
+        def cut_at_once(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+            return real(*args, **kwargs)
+
+        patched.setattr(evaluation, "evaluate_split", cut_at_once)
+        with pytest.raises(TrainingInterrupted, match="at step 10"):
+            train(cfg_for(sudoku4, run, *settings), signals=True)
+    assert ckpt.load_train_state(ckpt.state_path(run, 10))["evaluation_due"] is True
+    train(cfg_for(sudoku4, run, *settings))
+    assert [r["step"] for r in comparable_records(run) if "eval_examples" in r] == [5, 10, 15]
+
+
 def test_expected_eval_seconds():
     assert expected_eval_seconds(10.0, None, 16, 1.0) == pytest.approx(11.0)  # measured, plus a tenth
     assert expected_eval_seconds(None, 5, 16, 0.5) == 40.0  # 5 batches x 16 ACT steps x a training step
@@ -223,6 +299,8 @@ def test_an_evaluation_that_would_overrun_the_time_limit_is_skipped(large_test_s
     # no evaluation ran, whole or in part (a wall-clock bound here failed on busy machines, not on the code)
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert not [r for r in records if any(k.startswith("eval_") or k == "evaluation_s" for k in r)], records
+    # a skipped evaluation is not due in the state: a resume does not run it (an unbroken run did not either)
+    assert ckpt.load_train_state(ckpt.list_states(run)[-1]).get("evaluation_due") is not True
 
 
 def test_a_measured_evaluation_that_fits_runs(sudoku4, tmp_path):

@@ -542,6 +542,7 @@ _OPTIONAL: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "forward_dtype": ("one of float32, bfloat16, float16", lambda v: v in DTYPES),
     "run_id": ("a string", lambda v: isinstance(v, str)),
     "version": ("the writer's version, a string", lambda v: isinstance(v, str)),
+    "evaluation_due": ("True or False", lambda v: isinstance(v, bool)),
 }
 
 
@@ -562,7 +563,7 @@ def _field_problem(state: dict[str, Any]) -> str | None:
 
 
 #: Optional fields a save writes with a value whenever it writes them (older versions left some out).
-_NEVER_NONE = ("version", "world_size", "forward_dtype")
+_NEVER_NONE = ("version", "world_size", "forward_dtype", "evaluation_due")
 
 
 def _shown(v: Any) -> str:

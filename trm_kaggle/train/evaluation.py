@@ -177,7 +177,8 @@ class Evaluations:
 
     def run(self, model, ema, control: StopControl, step: int, seconds_per_step: float) -> str:
         """Evaluate now: "done" (`metrics`, `seconds` set), "skipped" (it would end after the deadline) or "cut"
-        (a stop signal cut it short: the last complete evaluation's metrics stand)."""
+        (a stop signal cut it short: the last complete evaluation's metrics stand; the caller notes it in the state
+        saved at this step, and a resume runs it first)."""
         if self.deadline is not None:  # an evaluation must end before the deadline, or not start
             if self.last_s is None and self.test_batches is None:
                 self.test_batches = len(PuzzleLoader(self.cfg.data_paths_test or self.cfg.data_paths, "test",
@@ -194,7 +195,7 @@ class Evaluations:
                 metrics = evaluate_weights(model, ema, self.cfg, self.rt)
         except EvaluationCut as cut:
             model.train()
-            log.warning("step %d: evaluation cut short by %s", step, cut)
+            log.warning("step %d: evaluation cut short by %s (the run's resume runs it first)", step, cut)
             return "cut"
         self.metrics, self.seconds = metrics, time.perf_counter() - t_eval
         self.last_s = self.seconds

@@ -7,6 +7,7 @@
         log: once per interval, one host read                                 train/metric_log.py
         maybe evaluate (every eval_interval epochs, if it fits the deadline)  train/evaluation.py
         maybe save (at an evaluation)                                         train/state.py
+    (a resumed state whose evaluation a stop signal cut short runs that evaluation before its first step)
     save the last step's state
 
 Everything that decides the run (loader position, carries, RNG, optimizer moments, EMA shadow) is in the
@@ -139,8 +140,32 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
                 log.warning("on_step returned a value at step %d: it is not read (on_step only watches; on_eval's "
                             "True, a deadline or time_limit stop a run)", state.step)
 
+    def evaluate() -> bool:
+        """The evaluation of this step (`Evaluations.run`), then its record, a state with checkpoint_every_eval and
+        on_eval; whether the run stops here (a stop signal cut it short, or on_eval asked). One cut short is noted
+        in the state saved at this step, so that a resume runs it before its first step, as an unbroken run did."""
+        outcome = evaluations.run(state.model, state.ema, control, state.step, clock.seconds_per_step(state.step))
+        state.evaluation_due = outcome == "cut"  # a skipped one (the deadline) stays skipped, as in an unbroken run
+        if outcome != "done":
+            return outcome == "cut"
+        result.eval_metrics = evaluations.metrics
+        _write_record(run, control, {"step": state.step, "epoch": state.step / run.steps_per_epoch,
+                                     **evaluations.metrics, "evaluation_s": round(evaluations.seconds, 3),
+                                     **(compile_watch.record() if compile_watch is not None else {})})
+        if cfg.checkpoint_every_eval:
+            _save(run, control)
+        if on_eval is not None and _stop_asked(on_eval(state.step, evaluations.metrics), run, control):
+            result.stopped_by = "the evaluation callback"
+            return True
+        return False
+
     try:
-        while state.step < run.stop_at:
+        stopping = False
+        if state.evaluation_due:  # resumed from a state whose evaluation a stop signal cut short: it runs first
+            if rt.is_main:
+                log.info("step %d: running the evaluation a stop signal cut short before the run stopped", state.step)
+            stopping = evaluate()
+        while not stopping and state.step < run.stop_at:
             decision = control.poll(state.step)
             if decision.stop:
                 result.stopped_by = decision.stop
@@ -174,22 +199,8 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
             publish(schedule.lr)
             bar.advance(state.step)
 
-            if evaluations.due(state.step):
-                outcome = evaluations.run(state.model, state.ema, control, state.step,
-                                          clock.seconds_per_step(state.step))
-                if outcome == "cut":
-                    break
-                if outcome == "skipped":
-                    continue
-                result.eval_metrics = evaluations.metrics
-                _write_record(run, control, {"step": state.step, "epoch": state.step / run.steps_per_epoch,
-                                             **evaluations.metrics, "evaluation_s": round(evaluations.seconds, 3),
-                                             **(compile_watch.record() if compile_watch is not None else {})})
-                if cfg.checkpoint_every_eval:
-                    _save(run, control)
-                if on_eval is not None and _stop_asked(on_eval(state.step, evaluations.metrics), run, control):
-                    result.stopped_by = "the evaluation callback"
-                    break
+            if evaluations.due(state.step) and evaluate():
+                break
         if window.pending:  # stopped between log intervals (a signal, a cut evaluation): its last steps are logged
             window.read(run.step_setup.policy.replay)
             publish(schedule.lr)

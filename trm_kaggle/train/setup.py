@@ -183,7 +183,9 @@ def prepare(cfg: TrainConfig, held: contextlib.ExitStack, *, deadline: float | N
 
     resumed = _resume(state, run_dir, cfg, rt)
     if resumed is not None:
-        if state.step >= stop_at:  # run again after it ended: nothing to train, and nothing is rewritten
+        # run again after it ended: nothing to train, and nothing is rewritten (unless a stop signal cut the last
+        # step's evaluation short: the run then goes on to run it)
+        if state.step >= stop_at and not state.evaluation_due:
             return _already_done(cfg, run_dir, state.step, stop_at, total_steps, steps_per_epoch, model, rt)
         if rt.is_main:
             log.info("resuming %s from step %d", run_dir, state.step)

@@ -42,7 +42,8 @@ log = logging.getLogger(__name__)
 class TrainState:
     """What one optimizer step reads and writes. `micro` is the rows per micro-batch (halved by an out-of-memory
     retry); `carries` holds one ACT carry per micro-batch (None until the first batch); `position` is what the
-    train state records of the data stream (the loader, or XLA's device-side batches over it)."""
+    train state records of the data stream (the loader, or XLA's device-side batches over it); `evaluation_due`:
+    the evaluation of `step` was cut short by a stop signal, so a resume runs it before its first step."""
 
     model: TinyRecursiveModel
     dense: torch.optim.Optimizer | None
@@ -54,6 +55,7 @@ class TrainState:
     micro: int
     step: int = 0
     carries: list[Carry] | None = None
+    evaluation_due: bool = False
 
 
 # ---------------------------------------------------------------------------
@@ -189,6 +191,7 @@ def save_state(state: TrainState, run_dir: Path, cfg: TrainConfig, rt: Runtime,
         "loader": json.dumps(state.position.state_dict()),
         "carries": all_carries,
         "amp": state.scaler.state_dict() if state.scaler is not None else None,  # float16's loss scale
+        "evaluation_due": state.evaluation_due,  # the step's evaluation, cut short: a resume runs it first
     }
     ckpt.save_train_state(run_dir, state.step, saved, cfg.checkpoint_keep, settled)
 
@@ -236,6 +239,7 @@ def restore(state: TrainState, path: Path, saved: dict[str, Any], cfg: TrainConf
     with _field(path, "loader"):  # another seed, batch size or dataset: the loader names what differs
         state.position.load_state_dict(json.loads(saved["loader"]))
     state.step, state.carries = int(saved["step"]), None
+    state.evaluation_due = saved.get("evaluation_due") is True  # absent in states written before it was recorded
     saved_carries = saved.get("carries")
     if saved_carries is not None and saved.get("world_size") == rt.world_size:
         with _field(path, "carries"):
