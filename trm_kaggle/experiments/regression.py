@@ -70,7 +70,7 @@ from trm_kaggle.jsonio import read_json, read_json_lines
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.names import file_in
 from trm_kaggle.outputs import Input, Output, check_kept, is_run_folder, kept_by_problem, writable_problem
-from trm_kaggle.wording import count, one_line, shown
+from trm_kaggle.wording import command_line, count, one_line, shown
 
 BASELINES = "baselines.json"
 BASELINES_FORMAT = "trm_kaggle.regression-baselines"
@@ -638,7 +638,7 @@ def _check_request(names: Sequence[str], notebook_dir: Path, baselines: Baseline
         missing = [m for m, b in expected.items() if b.value is None]
         if missing and not update:
             raise TRMError(f"{baselines_path}: {name}.{missing[0]} has no baseline value yet: run "
-                           f"`trm-kaggle regress {name} --update-baselines`")
+                           f"`{command_line('trm-kaggle', 'regress', name, '--update-baselines')}`")
     return chosen
 
 
