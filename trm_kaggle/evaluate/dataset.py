@@ -31,8 +31,7 @@ from trm_kaggle.data import IGNORE_LABEL_ID, PuzzleLoader
 from trm_kaggle.errors import DataError
 from trm_kaggle.evaluate.predict import (activation_dtype, check_model_fits, _halt_max_steps, _sync, dataset_argument,
                                          evaluate_config, model_argument, placed)
-from trm_kaggle.evaluate.report import dtype_words
-from trm_kaggle.evaluate.stats import Z95, format_interval, wilson_interval
+from trm_kaggle.evaluate.stats import Z95, dtype_words, format_interval, wilson_interval
 from trm_kaggle.jsonio import is_regular
 from trm_kaggle.model import ContinuousRollout, balanced_slots, counts_settled
 

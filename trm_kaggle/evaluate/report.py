@@ -20,7 +20,7 @@ from trm_kaggle.atomic import (Found, atomic_directory, atomic_write_bytes, atom
                                found_at, replace_problem, taken_problem)
 from trm_kaggle.config import path_argument, texts_argument, whole_argument
 from trm_kaggle.errors import DataError, TRMError, resource_line
-from trm_kaggle.evaluate.stats import format_breakdown, format_interval
+from trm_kaggle.evaluate.stats import dtype_words, format_breakdown, format_interval
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.names import file_in, place_from, shown as quoted
 from trm_kaggle.wording import count, one_line, type_name
@@ -80,11 +80,6 @@ def format_metrics(s: dict) -> str:
     lines.append(f"{s['num_examples']:,} examples, {t['examples_per_second']:.1f} examples/s, "
                  f"{100 * t['share_outside_model']:.1f} % of the time outside the model{dtype_words(s)}")
     return "\n".join(lines)
-
-
-def dtype_words(s: dict) -> str:
-    """The activations' dtype that ran, as a summary's line ends with it ("" where the model did not say)."""
-    return f", activations in {s['dtype']}" if s.get("dtype") else ""
 
 
 def _number(value: float | None) -> str:

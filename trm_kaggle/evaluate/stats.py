@@ -84,3 +84,8 @@ def format_breakdown(breakdown: Mapping[str, Mapping]) -> str:
     return "\n".join(f"  {name:<20} {c['solved']:>4} / {c['test_outputs']:<4} {c['arc_prize_score']:.4f}  "
                      f"({format_interval(c['ci95'])})"
                      for name, c in breakdown.items() if c["test_outputs"])
+
+
+def dtype_words(s: dict) -> str:
+    """The activations' dtype that ran, as a summary's line ends with it ("" where the model did not say)."""
+    return f", activations in {s['dtype']}" if s.get("dtype") else ""
