@@ -543,6 +543,8 @@ _OPTIONAL: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "run_id": ("a string", lambda v: isinstance(v, str)),
     "version": ("the writer's version, a string", lambda v: isinstance(v, str)),
     "evaluation_due": ("True or False", lambda v: isinstance(v, bool)),
+    "log_window": ("a mapping of names to numbers", lambda v: isinstance(v, dict) and all(
+        isinstance(k, str) and isinstance(x, (int, float)) and not isinstance(x, bool) for k, x in v.items())),
 }
 
 
@@ -563,7 +565,7 @@ def _field_problem(state: dict[str, Any]) -> str | None:
 
 
 #: Optional fields a save writes with a value whenever it writes them (older versions left some out).
-_NEVER_NONE = ("version", "world_size", "forward_dtype", "evaluation_due")
+_NEVER_NONE = ("version", "world_size", "forward_dtype", "evaluation_due", "log_window")
 
 
 def _shown(v: Any) -> str:

@@ -35,7 +35,6 @@ from trm_kaggle.errors import TRMError
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.evaluation import Evaluations
 from trm_kaggle.train.memory import MemoryWatch
-from trm_kaggle.train.metric_log import LogWindow
 from trm_kaggle.train.metrics import shown
 from trm_kaggle.train.progress import TrainProgress
 from trm_kaggle.train.result import TrainResult
@@ -119,7 +118,7 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
                               run.stop_at)  # before the bar: its warnings are the run's first lines
     bar = TrainProgress(run.stop_at, state.step, run.deadline, enabled=cfg.progress and rt.is_main)
     memory_watch = MemoryWatch(rt.device, log if rt.is_main else None)
-    window = LogWindow()
+    window = state.log_window  # the sums of an interval a resumed state stopped inside are back in it
     batches, compile_watch = iter(run.loader), None
     rewinds = not rt.distributed and rt.device.type != "xla"  # a refused rule's step: the state before it is saved
     if rt.device.type == "xla":  # XLA: batches go to the device ahead of use; compilations are counted per step
@@ -127,11 +126,16 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
         compile_watch = xla.CompileWatch(warn=rt.is_main)
 
     answered: list[int] = []  # the step where on_step first returned something (said once)
+    logged = [state.step]  # the step of the last record (a timed save reads an interval's steps without one)
 
     def publish(lr: float) -> None:
-        """The log window's record, once it has one: written and shown, kept as the last metrics, given to on_step."""
-        record = window.record(state.step, state.step / run.steps_per_epoch, lr, cfg.global_batch_size)
+        """The log window's record, once it has one: written and shown, kept as the last metrics, given to on_step.
+        One of a step inside an interval (a stop: a signal, the deadline, max_steps) leaves the interval's sums in
+        the window, for the state saved there."""
+        closes = state.step % cfg.log_interval == 0
+        record = window.record(state.step, state.step / run.steps_per_epoch, lr, cfg.global_batch_size, closes)
         if record is not None:
+            logged[0] = state.step
             _log(run, control, record, clock, memory_watch, compile_watch, bar, lr)
             result.metrics = record
             if on_step and on_step(state.step, record) is not None and not answered:
@@ -201,7 +205,8 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
 
             if evaluations.due(state.step) and evaluate():
                 break
-        if window.pending:  # stopped between log intervals (a signal, a cut evaluation): its last steps are logged
+        if window.open and logged[0] != state.step:  # stopped between log intervals (a signal, a cut evaluation):
+            # its last steps are logged (the window keeps their sums for the state saved below)
             window.read(run.step_setup.policy.replay)
             publish(schedule.lr)
     finally:
@@ -256,6 +261,7 @@ class _Clock:
 
 
 def _save(run: Run, control: StopControl) -> None:
+    run.state.log_window.read(run.step_setup.policy.replay)  # the interval's steps so far go into the state
     path = ckpt.state_path(run.run_dir, run.state.step)
     run.save(settled=lambda: control.settled(run.state.step, path))  # once written, a signal ends any wait at once
     control.saved(run.state.step)

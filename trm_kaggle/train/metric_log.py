@@ -18,6 +18,7 @@ from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.train.metrics import METRICS_FILE
 from trm_kaggle.train.step import METRIC_NAMES
+from trm_kaggle.wording import clipped
 
 
 def logger_problem(cfg: TrainConfig) -> str | None:
@@ -91,6 +92,32 @@ class LogWindow:
         self.pending: list[tuple[int, torch.Tensor, torch.Tensor | None]] = []
         self.sums: dict[str, float] = {}
 
+    @property
+    def open(self) -> bool:
+        """Whether steps since the last record that closed an interval are held (read or pending)."""
+        return bool(self.pending) or self.sums.get("steps_logged", 0) > 0
+
+    def state_dict(self) -> dict[str, float]:
+        """The sums of the interval's steps so far, for the train state (its pending steps are `read` first): a
+        resume in the middle of an interval puts them back, so that its record averages the steps an unbroken
+        run's does."""
+        if self.pending:
+            raise RuntimeError("the log window's pending steps are read before its state is taken")
+        return dict(self.sums)
+
+    def load_state_dict(self, sums: object) -> None:
+        """ValueError unless `sums` is what `state_dict` writes: names this window sums, each with a number."""
+        known = {"steps_logged", "loss", *METRIC_NAMES}
+        if not isinstance(sums, dict):
+            raise ValueError(f"a {type(sums).__name__}, not a mapping of the interval's sums")
+        for key, value in sums.items():
+            if key not in known or not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise ValueError(f"its entry {clipped(key)}: {clipped(value)} is no sum this window keeps "
+                                 f"({', '.join(sorted(known))}, each a number)")
+        if not (isinstance(sums.get("steps_logged", 0), int) and sums.get("steps_logged", 0) >= 0):
+            raise ValueError(f"steps_logged {clipped(sums.get('steps_logged'))} is no whole number from 0")
+        self.pending, self.sums = [], dict(sums)
+
     def add(self, at: int, metrics: torch.Tensor, verdict: torch.Tensor | None) -> None:
         self.pending.append((at, metrics, verdict))
         self.sums["steps_logged"] = self.sums.get("steps_logged", 0) + 1
@@ -114,12 +141,17 @@ class LogWindow:
             for key, v in zip(["loss"] + METRIC_NAMES, flat[i * width:(i + 1) * width]):
                 self.sums[key] = self.sums.get(key, 0.0) + v
 
-    def record(self, step: int, epoch: float, lr: float, global_batch: int) -> dict[str, float] | None:
+    def record(self, step: int, epoch: float, lr: float, global_batch: int,
+               closes: bool = True) -> dict[str, float] | None:
         """The interval's record once its steps are read, None while some are pending or every step read so far
-        was skipped (those join the next interval); the sums start again."""
+        was skipped (those join the next interval); the sums start again when the record `closes` its interval.
+        One that does not (a stop between log steps) leaves them: the state saved at the stop keeps them, and the
+        resumed run's record of the interval averages all its steps, as an unbroken run's does."""
         if self.pending or "loss" not in self.sums:
             return None
-        record, self.sums = summarise(self.sums, step, epoch, lr, global_batch), {}
+        record = summarise(self.sums, step, epoch, lr, global_batch)
+        if closes:
+            self.sums = {}
         return record
 
 

@@ -47,16 +47,19 @@ def _records(path: Path) -> list[tuple[str, object]]:
     return [(text, value) for _, text, value in read_json_lines(path, METRICS_FILE)]
 
 
-def drop_metrics_after(path: Path, step: int) -> None:
+def drop_metrics_after(path: Path, step: int, interval_open: bool = False) -> None:
     """On resume at `step`: keep the records of steps <= step, atomically. The steps after it are
-    trained again, so metrics.jsonl holds each step once. A line cut off by a kill is dropped too. Anything but
+    trained again, so metrics.jsonl holds each step once. With `interval_open` (the state keeps the sums of a log
+    interval it stopped inside) the training record of `step` itself goes too: the resumed run's next record
+    averages those steps with the rest of the interval, as an unbroken run's does. A line cut off by a kill is dropped too. Anything but
     a regular file in its place (a FIFO the appends would wait on, a link they would follow) is refused here,
     before training starts."""
     if not os.path.lexists(path):
         return
     check_log(path)
     records = _records(path)
-    kept = [line for line, r in records if isinstance(r, dict) and isinstance(r.get("step"), int) and r["step"] <= step]
+    kept = [line for line, r in records if isinstance(r, dict) and isinstance(r.get("step"), int) and (
+        r["step"] < step or r["step"] == step and not (interval_open and "loss" in r))]
     if len(kept) < len(records):
         atomic_write_text(path, "".join(line + "\n" for line in kept))
         log.info("metrics.jsonl: dropped %d records after step %d (those steps run again)",

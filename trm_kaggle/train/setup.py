@@ -30,7 +30,7 @@ from trm_kaggle.outputs import check_kept, writable_problem
 from trm_kaggle.train import checkpoint as ckpt, nonfinite
 from trm_kaggle.train.amp import LossScaler
 from trm_kaggle.train.memory import memory_aware_micro_batch, micro_batch_problem
-from trm_kaggle.train.metric_log import MetricLog
+from trm_kaggle.train.metric_log import LogWindow, MetricLog
 from trm_kaggle.train.metrics import METRICS_FILE, drop_metrics_after, read_metrics
 from trm_kaggle.train.optimizers import make_optimizers
 from trm_kaggle.train.result import TrainResult
@@ -166,7 +166,8 @@ def prepare(cfg: TrainConfig, held: contextlib.ExitStack, *, deadline: float | N
     sync_free = rt.device.type in nonfinite.SYNC_FREE_DEVICES
     dense, sparse = make_optimizers(cfg, model, capturable=True if sync_free else None)
     state = TrainState(model, dense, sparse, EMA(model, cfg.ema_rate) if cfg.ema else None, scaler=None,
-                       position=loader, fingerprint=ckpt.dataset_fingerprint(cfg.data_paths), micro=micro)
+                       position=loader, fingerprint=ckpt.dataset_fingerprint(cfg.data_paths), micro=micro,
+                       log_window=LogWindow())
     steps_per_epoch = max(1e-9, loader.batches_per_epoch)
     total_steps = total_train_steps(cfg.epochs, loader.total_groups, meta.mean_puzzle_examples, cfg.global_batch_size)
     stop_at = min(total_steps, cfg.max_steps) if cfg.max_steps else total_steps  # max_steps only stops early
@@ -192,7 +193,8 @@ def prepare(cfg: TrainConfig, held: contextlib.ExitStack, *, deadline: float | N
             if cfg.load_checkpoint:  # its weights were the first state's; a resume trains on from its own
                 log.warning("load_checkpoint %s is not loaded: the run resumes from its own state at step %d",
                             one_line(cfg.load_checkpoint), state.step)
-            drop_metrics_after(run_dir / METRICS_FILE, state.step)
+            # a state saved between log steps: the record its stop wrote of them goes, the next one covers them
+            drop_metrics_after(run_dir / METRICS_FILE, state.step, interval_open=state.log_window.open)
     state.scaler = LossScaler(rt.dtype, rt.device)  # float16: loss scaling (after a resume settled the dtype)
     if resumed is not None:
         state.scaler.load_state_dict(resumed.get("amp"))

@@ -43,7 +43,8 @@ class TrainState:
     """What one optimizer step reads and writes. `micro` is the rows per micro-batch (halved by an out-of-memory
     retry); `carries` holds one ACT carry per micro-batch (None until the first batch); `position` is what the
     train state records of the data stream (the loader, or XLA's device-side batches over it); `evaluation_due`:
-    the evaluation of `step` was cut short by a stop signal, so a resume runs it before its first step."""
+    the evaluation of `step` was cut short by a stop signal, so a resume runs it before its first step;
+    `log_window`: the training loop's `LogWindow`, whose sums of the log interval's steps so far a state keeps."""
 
     model: TinyRecursiveModel
     dense: torch.optim.Optimizer | None
@@ -56,6 +57,7 @@ class TrainState:
     step: int = 0
     carries: list[Carry] | None = None
     evaluation_due: bool = False
+    log_window: Any = None
 
 
 # ---------------------------------------------------------------------------
@@ -192,6 +194,8 @@ def save_state(state: TrainState, run_dir: Path, cfg: TrainConfig, rt: Runtime,
         "carries": all_carries,
         "amp": state.scaler.state_dict() if state.scaler is not None else None,  # float16's loss scale
         "evaluation_due": state.evaluation_due,  # the step's evaluation, cut short: a resume runs it first
+        # the log interval's steps so far (a state saved between log steps): the resumed record averages them too
+        "log_window": state.log_window.state_dict() if state.log_window is not None else {},
     }
     ckpt.save_train_state(run_dir, state.step, saved, cfg.checkpoint_keep, settled)
 
@@ -240,6 +244,9 @@ def restore(state: TrainState, path: Path, saved: dict[str, Any], cfg: TrainConf
         state.position.load_state_dict(json.loads(saved["loader"]))
     state.step, state.carries = int(saved["step"]), None
     state.evaluation_due = saved.get("evaluation_due") is True  # absent in states written before it was recorded
+    if state.log_window is not None:  # absent in states written before it was recorded: the window starts empty
+        with _field(path, "log_window"):
+            state.log_window.load_state_dict(saved.get("log_window") or {})
     saved_carries = saved.get("carries")
     if saved_carries is not None and saved.get("world_size") == rt.world_size:
         with _field(path, "carries"):
