@@ -77,3 +77,28 @@ def test_a_log_window_that_no_run_saves_is_refused_on_resume(sudoku4, tmp_path):
     ckpt.save_train_state(run, 6, {k: v for k, v in state.items() if k not in ("format", "version", "step")}, 3)
     with pytest.raises(TRMError, match="field 'log_window' does not fit this run: ValueError: its entry 'bogus'"):
         train(cfg_for(sudoku4, run, "max_steps=8", "log_interval=4"))
+
+
+def test_a_kill_after_a_timed_save_inside_a_log_interval_resumes_to_the_unbroken_runs_records(sudoku4, tmp_path,
+                                                                                               monkeypatch):
+    from trm_kaggle.train.stops import Decision, StopControl
+
+    args = ("log_interval=4", "max_steps=10")
+    train(cfg_for(sudoku4, tmp_path / "a", *args))
+    run = tmp_path / "b"
+    real_step, real_poll = loop.train_step, StopControl.poll
+
+    def killed_at_7(state, *a, **kw):
+        if state.step == 6:
+            raise SystemExit("killed")  # a kill after step 6's timed save: steps 5 and 6 are in no record
+        return real_step(state, *a, **kw)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(loop, "train_step", killed_at_7)
+        patched.setattr(StopControl, "poll", lambda self, step: Decision(save=True) if step == 6 else
+                        real_poll(self, step))
+        with pytest.raises(SystemExit):
+            train(cfg_for(sudoku4, run, *args))
+    assert [r["step"] for r in records(run) if "loss" in r] == [4]
+    train(cfg_for(sudoku4, run, *args))
+    assert records(run) == records(tmp_path / "a")
