@@ -51,9 +51,9 @@ def drop_metrics_after(path: Path, step: int, interval_open: bool = False) -> No
     """On resume at `step`: keep the records of steps <= step, atomically. The steps after it are
     trained again, so metrics.jsonl holds each step once. With `interval_open` (the state keeps the sums of a log
     interval it stopped inside) the training record of `step` itself goes too: the resumed run's next record
-    averages those steps with the rest of the interval, as an unbroken run's does. A line cut off by a kill is dropped too. Anything but
-    a regular file in its place (a FIFO the appends would wait on, a link they would follow) is refused here,
-    before training starts."""
+    averages those steps with the rest of the interval, as an unbroken run's does. A line cut off by a kill is
+    dropped too. Anything but a regular file in its place (a FIFO the appends would wait on, a link they would
+    follow) is refused here, before training starts."""
     if not os.path.lexists(path):
         return
     check_log(path)
