@@ -100,6 +100,32 @@ def test_a_rerun_reuses_finished_tasks(unseen, tmp_path):
     assert r3["answered"] == 1 and all(t["num_aug"] == 2 for t in r3["task_reports"].values())
 
 
+def test_a_rerun_in_another_dtype_redoes_its_tasks_and_the_dtype_that_ran_is_recorded(unseen, tmp_path):
+    """A rerun with another --dtype reused the tasks answered in the first one, without a word: the key a result is
+    reused by left out the dtype that runs. It now names the resolved dtype, recorded in each result.json and in
+    solve_report.json; `auto` shares the results of the dtype it resolves to (float32 on this CPU for this width)."""
+    c = cfg(unseen, tmp_path, max_tasks=1, finetune="none", forward_dtype="float32")
+    first = solve(c)
+    assert first["answered"] == 1 and first["dtype"] == "float32"
+    work = tmp_path / "work"
+    assert {r["key"]["dtype"] for r in results(work).values()} == {"float32"}
+    assert json.loads((work / "solve_report.json").read_text())["dtype"] == "float32"
+    stamps = {p: p.stat().st_mtime_ns for p in (work / "units").glob("*/result.json")}
+    lines = []
+    other = solve(c.model_copy(update={"forward_dtype": "bfloat16"}), echo=lines.append)
+    assert other["answered"] == 1 and other["dtype"] == "bfloat16"
+    assert not any("already answered" in line for line in lines), lines
+    assert all(p.stat().st_mtime_ns != t for p, t in stamps.items())  # redone
+    assert {r["key"]["dtype"] for r in results(work).values()} == {"bfloat16"}
+    assert any("activations in bfloat16" in line for line in lines), lines
+    # `auto` resolves to float32 for this width on a CPU: redone once, then shared with an explicit float32
+    auto = solve(c.model_copy(update={"forward_dtype": "auto"}))
+    assert auto["dtype"] == "float32" and {r["key"]["dtype"] for r in results(work).values()} == {"float32"}
+    lines.clear()
+    again = solve(c, echo=lines.append)
+    assert again["answered"] == 1 and any("1 of 1 tasks already answered" in line for line in lines), lines
+
+
 def test_tiny_budget_still_writes_a_valid_submission(unseen, tmp_path):
     lines = []
     report = solve(cfg(unseen, tmp_path, time_budget=0.5, finetune_steps=1000), echo=lines.append)
@@ -309,6 +335,38 @@ def test_submit_covers_every_task_and_prints_the_plan(unseen, tmp_path, capsys):
     bad.pop(next(iter(bad)))
     out.write_text(json.dumps(bad))
     assert main(["validate-submission", str(out), "--challenges", str(challenges)]) == 2
+
+
+@pytest.mark.parametrize("stopped", [False, True])
+def test_tasks_a_lost_worker_left_on_the_fallback_give_status_3_not_tasks_the_deadline_stopped(
+        unseen, tmp_path, capsys, monkeypatch, stopped):
+    """A worker killed by SIGKILL left its tasks on the fallback with a warning and status 0, the status of a run
+    that went as planned. Tasks lost to a failed worker are now status 3 (the valid submission written), named in one
+    line; a worker the deadline stopped is the time, not a failure: status 0, as before."""
+    from trm_kaggle.solve import job, workers
+
+    def worker_1_lost(specs, say, **kw):  # worker 0 answers its tasks, worker 1 dies before any of its own
+        first = workers.run_in_process(specs[0], say, on_answer=kw.get("on_answer"))
+        return [first, workers.Outcome(1, specs[1].device, len(specs[1].units), exitcode=-signal.SIGKILL,
+                                       error="killed by SIGKILL", stopped=stopped)]
+
+    monkeypatch.setattr(job, "run_spawned", worker_1_lost)
+    challenges, weights = unseen
+    out = tmp_path / "s.json"
+    rc = main(["submit", "--challenges", str(challenges), "--weights", str(weights), "--output", str(out),
+               "--work-dir", str(tmp_path / "w"), "--num-aug", "1", "--finetune", "none", "--workers", "2",
+               "--eval-batch-size", "32", "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert (tmp_path / "w" / "solve_report.json").exists(), (rc, err)
+    report = json.loads((tmp_path / "w" / "solve_report.json").read_text())
+    assert report["answered"] == 2 and report["valid"]
+    check_submission(out, challenges)
+    if stopped:
+        assert rc == 0 and report["lost_tasks"] == 0 and "error:" not in err, err
+    else:
+        assert rc == 3 and report["lost_tasks"] == 2, err
+        (line,) = [x for x in err.splitlines() if x.startswith("error:")]
+        assert line.startswith("error: 2 tasks kept the fallback because a worker process was lost"), line
 
 
 def test_submit_works_beside_its_output_by_default(unseen, tmp_path, monkeypatch):

@@ -25,8 +25,9 @@ def add_submit(sub) -> None:
                                    "on CPU); submission.json lists every task in every case. --recipe NAME sets "
                                    "several options at once (--list-recipes); flags win over it. Exit status: 0 "
                                    "done; 1 the submission is invalid; 2 bad input (nothing written); 3 the model "
-                                   "could not run on any task (unreadable weights, a setting it cannot run with): "
-                                   "the valid fallback submission is written.")
+                                   "could not run on any task (unreadable weights, a setting it cannot run with), "
+                                   "or a worker process was lost (killed, out of memory) before it answered some "
+                                   "of its tasks: the valid submission is written, those tasks keep the fallback.")
     for name in ("challenges", "weights"):
         flag(p, name, SolveConfig, more=" (required unless --list-recipes)")
     flag(p, "output", SolveConfig, default="submission.json")
@@ -74,7 +75,8 @@ def _solve_config(args: argparse.Namespace, **required):
     return solve_config(args.recipe, **{**config_kwargs(args, SolveConfig.model_fields), **required})
 
 
-#: `submit`'s exit status when the model ran on none of its tasks (the valid fallback submission is written).
+#: `submit`'s exit status when the model ran on none of its tasks, or a lost worker left some of them unanswered (the
+#: valid submission is written, those tasks keep the fallback).
 MODEL_FAILED_STATUS = 3
 
 
@@ -124,6 +126,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(one_line(f"warning: {report['untuned_note']}"), file=sys.stderr)
     for e in report["errors"]:
         print(one_line(f"warning: {e}"), file=sys.stderr)
+    if report.get("lost_tasks") and report["valid"]:  # a failure, not the time: the status says so (the kernel's
+        # solve() call never raises for it)
+        print(one_line(f"error: {count(report['lost_tasks'], 'task')} kept the fallback because a worker process was "
+                       f"lost before answering {'it' if report['lost_tasks'] == 1 else 'them'} (said above); "
+                       f"{report['output']} is valid, and a rerun with the same settings answers only the tasks "
+                       "still missing"), file=sys.stderr)
+        return MODEL_FAILED_STATUS
     return 0 if report["valid"] else 1
 
 

@@ -37,15 +37,15 @@ from typing import Any, Callable
 import torch
 
 from trm_kaggle.atomic import OutputTaken, RewrittenFile, atomic_write_text
-from trm_kaggle.config import MIN_PLAN_S, RECURSION_FIELDS, SolveConfig, revalidated, seconds_argument
+from trm_kaggle.config import MIN_PLAN_S, RECURSION_FIELDS, ArchConfig, SolveConfig, revalidated, seconds_argument
 from trm_kaggle.data import MAX_GRID, read_challenges
 from trm_kaggle.errors import TRMError, UnreadableFile
 from trm_kaggle.evaluate import (make_submission, require_tasks, count_test_inputs, validate_submission,
                                  write_submission)
 from trm_kaggle.hardware import choose_threads, cuda_problem, pick_device, visible_cuda_ids
-from trm_kaggle.jsonio import open_regular
+from trm_kaggle.jsonio import open_regular, read_json
 from trm_kaggle.locks import directory_lock
-from trm_kaggle.model import cache_problem, resolve_compile, unchecked_config_note
+from trm_kaggle.model import cache_problem, resolve_compile, resolve_forward_dtype, unchecked_config_note
 from trm_kaggle.outputs import check_kept, place_problem, writable_problem
 from trm_kaggle.solve.plan import Budget
 from trm_kaggle.solve.pricing import TEST_TIME_FIELDS, check_kinds
@@ -99,8 +99,10 @@ def _save_report(work: Path, report: dict) -> None:
     report["details"] = str(path) if written else None
 
 
-def settings_key(cfg: SolveConfig) -> dict:
-    """What a task's result is made of besides the task: a later run reuses it only when this is equal."""
+def settings_key(cfg: SolveConfig, dtype: str | None = None) -> dict:
+    """What a task's result is made of besides the task: a later run reuses it only when this is equal. `dtype` is
+    the activation dtype that runs (`run_dtype`: `auto` and `export` resolved), so a result of one dtype is never
+    taken for another's, while `--dtype auto` and the dtype it resolves to share their results."""
     h = hashlib.sha256()
     for name in ("config.json", "weights.safetensors"):
         try:  # through the one gate: a device, FIFO or /proc file is never read (it may never end)
@@ -113,7 +115,26 @@ def settings_key(cfg: SolveConfig) -> dict:
               "lr", "puzzle_emb_lr", "eval_batch_size", "early_exit", "seed")
     # the test-time levers where set (a key of a run without them stays as it was)
     levers = {f: getattr(cfg, f) for f in TEST_TIME_FIELDS if getattr(cfg, f) != SolveConfig.model_fields[f].default}
-    return {"weights": h.hexdigest()[:16], **{f: getattr(cfg, f) for f in fields}, **levers}
+    return {"weights": h.hexdigest()[:16], **{f: getattr(cfg, f) for f in fields}, "dtype": dtype, **levers}
+
+
+def run_dtype(cfg: SolveConfig, device: str, threads: int | None) -> str | None:
+    """The activation dtype the workers run in on `device` ("float32", "bfloat16"...: cfg.forward_dtype with `auto`
+    and `export` resolved, as `evaluate` reports it); None where the export's config.json cannot say (the workers
+    then fail on it, in their words). On a CPU `auto` is measured with the workers' `threads`."""
+    try:
+        arch = cfg.run_arch(ArchConfig(**read_json(Path(cfg.weights) / "config.json", "export config.json")["arch"]))
+    except Exception:  # noqa: BLE001 - unreadable or foreign weights: the workers report them
+        return None
+    if arch.forward_dtype != "auto":
+        return arch.forward_dtype
+    before = torch.get_num_threads()
+    try:
+        if threads:
+            torch.set_num_threads(threads)
+        return str(resolve_forward_dtype(arch, device)[0]).removeprefix("torch.")
+    finally:
+        torch.set_num_threads(before)
 
 
 def worker_devices(cfg: SolveConfig, say: Callable[[str], None], tasks: int | None = None
@@ -251,8 +272,8 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
                     + (f" (max_tasks {cfg.max_tasks})" if cfg.max_tasks else "")
                     + (f"; {len(malformed)} malformed or too large tasks keep the fallback" if malformed else "")
                     + (f"; {len(duplicates)} repeated ids keep the fallback" if duplicates else "")))
-    work, key = Path(cfg.work_dir), settings_key(cfg)
-    keys = {u.index: {**key, "task": task_digest(challenges[u.task_id])} for u in units}
+    work = Path(cfg.work_dir)
+    keys: dict[int, dict] = {}  # each unit's settings key, once the dtype that runs is known (no result reused before)
 
     def merge() -> tuple[dict, dict, dict]:
         candidates, task_reports = collect(work, units, keys)
@@ -270,6 +291,12 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
     shards: list[list] = []
     causes: list[str] = []  # why the model path failed, for `model_failure`
     try:
+        device, visible, threads = worker_devices(cfg, say, len(units))
+        # the workers run the dtype resolved here (their own `auto` could measure a CPU otherwise), the one the key
+        # names: a rerun in another dtype redoes its tasks
+        report["dtype"] = dtype = run_dtype(cfg, device, threads)
+        key = settings_key(cfg, dtype)
+        keys.update({u.index: {**key, "task": task_digest(challenges[u.task_id])} for u in units})
         if not_arc is not None:
             raise not_arc
         if budget.left() <= 0:
@@ -277,8 +304,7 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
                            f"({cfg.safety_margin} s): nothing left for the model")
         work.mkdir(parents=True, exist_ok=True)
         _say_unreadable_results(work, units)
-        device, visible, threads = worker_devices(cfg, say, len(units))
-        run_cfg = cfg
+        run_cfg = cfg if dtype is None else cfg.model_copy(update={"forward_dtype": dtype})
         if cfg.compile_cache and not resolve_compile(cfg.compile, device):  # never unsaid (its help says so)
             log.warning("compile cache %s not loaded: nothing is compiled here (compile %s on %s)", cfg.compile_cache,
                         cfg.compile, torch.device(device).type)
@@ -293,6 +319,7 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
                             len(shards))
                  for i, shard in enumerate(shards)]
         say(budget.line("workers", f"{len(specs)} on {device}" + (f", {threads} CPU threads each" if threads else "")
+                        + (f", activations in {dtype}" if dtype else "")
                         + ": " + ", ".join(f"worker {s.worker} {len(s.units)} tasks" for s in specs)))
         # stragglers are stopped a quarter into the safety margin (SIGTERM; SIGKILL at its middle), the one
         # worker in this process alike (an alarm): every grace lies inside the margin, whose second half merges
@@ -316,12 +343,15 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
     except OutputTaken as e:  # the other writer's file stands; this run's answers are not lost
         raise OutputTaken(f"{e}; this submit's answers are kept in {work} (a rerun with its own --output reuses "
                           "them)") from None
+    report["lost_tasks"] = 0  # tasks a failed worker (killed, out of memory; not one the deadline stopped) left on
+    # the fallback: `submit` exits with status 3 for them
     for out in outcomes:
         if out.error:
             # counted from what the merge found: a result written as the worker was stopped at the deadline was
             # said to "keep the fallback" while the submission held it
             shard = shards[out.worker] if out.worker < len(shards) else []
             lost = sum(u.task_id not in task_reports for u in shard) if shard else out.units - out.done
+            report["lost_tasks"] += 0 if out.stopped else lost
             kept = (f"{lost} of its {out.units} tasks keep the fallback" if lost else
                     f"each of its {out.units} tasks has a result of the model")
             report["errors"].append(f"worker {out.worker} ({out.device}): {out.error}; {kept}"

@@ -268,7 +268,7 @@ def collect(work: str | os.PathLike, units: list[Unit], keys: dict[int, dict]
     candidates, reports = {}, {}
     for unit in units:
         result = read_result(work, unit)
-        if result is None or result.get("key") != keys[unit.index]:
+        if result is None or result.get("key") != keys.get(unit.index):  # no key yet: nothing is reused
             continue
         for i, grids in result["candidates"].items():
             # only what a worker writes: a test index of this task, grids that are grids (a damaged or foreign

@@ -33,7 +33,8 @@ from trm_kaggle.solve.workdir import Unit, WorkerSpec
 
 @dataclass
 class Outcome:
-    """How a worker ended: `error` is None when it finished; `done` counts the units it answered."""
+    """How a worker ended: `error` is None when it finished; `done` counts the units it answered; `stopped` when the
+    deadline stopped it (its unfinished tasks ran out of time, not lost to a failure)."""
 
     worker: int
     device: str
@@ -45,6 +46,7 @@ class Outcome:
     log: str | None = None
     plan: dict | None = field(default=None)
     unwritten: dict[str, str] = field(default_factory=dict)  # task id -> why its failed result is not on disk
+    stopped: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -195,6 +197,7 @@ def run_in_process(spec: WorkerSpec, emit: Emit, on_answer: Callable[[], None] |
             run_units(spec, emit=emit, on_unit=done)
     except DeadlineReached:
         out.error = _describe_exit(None)  # as a spawned worker stopped at the deadline is described
+        out.stopped = True
     except Exception as e:  # the worker failed as a whole (no device, unreadable weights, ...)
         out.error = describe(e)
         spec.log.parent.mkdir(parents=True, exist_ok=True)
@@ -290,6 +293,8 @@ def _run_spawned(specs: list[WorkerSpec], emit: Emit, procs: list, *, stop_at: f
         if not any(p.is_alive() for p in procs):
             break
         if stop_at is not None and time.monotonic() >= stop_at:
+            for p, out in zip(procs, outcomes):
+                out.stopped = p.is_alive()
             stop_workers(procs, stop_at + 5.0 if kill_at is None else kill_at)
             break
         time.sleep(poll_s)
