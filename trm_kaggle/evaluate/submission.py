@@ -440,8 +440,25 @@ def check_scorable(submission_or_path: str | os.PathLike | Mapping,
     """`check_submission` against a solutions file (its task ids and test outputs stand for the challenges):
     a submission Kaggle would refuse (an extra key, an extra or missing task id, a bad grid) has no score."""
     counts = {task_id: len(grids) for task_id, grids in load_solutions(solutions).items()}
-    _refuse(submission_or_path, submission_problems(submission_or_path, counts, "solutions"),
+    submission = (load_submission(submission_or_path) if isinstance(submission_or_path, (str, os.PathLike))
+                  else submission_or_path)
+    # tasks named by one file alone are the two files' disagreement, which a solutions file short of a task (or of
+    # other tasks) makes as well as the submission: said as such once the tasks both name pass, never as a refusal
+    # by Kaggle, which judges the submission against the challenges
+    shared = {t: entry for t, entry in submission.items() if t in counts} if isinstance(submission, dict) else None
+    _refuse(submission_or_path,
+            submission_problems(submission, counts, "solutions") if shared is None else
+            submission_problems(shared, {t: counts[t] for t in shared}, "solutions"),
             " (Kaggle would refuse it, so it is not scored)", counts=counts, source=solutions, what="solutions")
+    only = {"the submission": [t for t in submission if t not in counts],
+            "the solutions": [t for t in counts if t not in submission]}
+    if any(only.values()):
+        where = f"{submission_or_path}: " if isinstance(submission_or_path, (str, os.PathLike)) else ""
+        named = f" ({solutions})" if isinstance(solutions, (str, os.PathLike)) else ""
+        said = "; ".join(f"{count(len(ids), 'task')} only in {side} ({', '.join(map(_id, ids[:3]))}"
+                         f"{', ...' if len(ids) > 3 else ''})" for side, ids in only.items() if ids)
+        raise DataError(f"{where}not scored: the submission and the solutions{named} name different tasks: {said}; "
+                        "score it against the solutions of the tasks it answers")
 
 
 def write_submission(path: str | os.PathLike, submission: Mapping,
