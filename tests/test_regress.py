@@ -27,6 +27,7 @@ pytest.importorskip("papermill", reason="regress needs the notebooks extra: pip 
 REPO = Path(__file__).resolve().parents[1]
 REGRESSION = REPO / "notebooks" / "regression"
 NAMES = ["code_repair_small", "golden", "learn_arc_small", "learn_sudoku4", "ttt_gain"]
+GOLDEN_FOLDER = G.GOLDEN
 
 
 # ---------------------------------------------------------------------------
@@ -292,6 +293,84 @@ def test_a_notebook_past_its_time_limit_is_its_failure_alone(suite, tmp_path, ca
         (tmp_path / "out" / "report.md").read_text()
 
 
+@pytest.mark.parametrize("timer", ["fires after the end", "never fires"])
+def test_a_notebook_that_ends_past_its_time_limit_fails_every_time(suite, tmp_path, capsys, monkeypatch, timer):
+    """The reproducer: with `--timeout 0.001`, 2 runs of 3 passed: the limit had expired, but the notebook ended
+    before its kernel was killed. Here the timer's kill never lands (it fires once the notebook has ended, or not
+    at all, as a loaded machine may schedule it): the notebook ran past its limit, and that is its failure."""
+    def late(managers, seconds, done, expired):
+        done.wait()
+        if timer == "fires after the end":
+            expired.append(True)
+
+    monkeypatch.setattr(G, "_time_limit", late)
+    rc, stdout, stderr = regress(capsys, suite, tmp_path / "out", "--timeout", "0.001", "acc")
+    assert rc == 2, stdout + stderr
+    assert "error: acc: ran past its time limit of 0.001 s (--timeout): it took " in stderr, stderr
+    assert "acc: 1 metric" not in stdout and "| acc | accuracy |" not in (tmp_path / "out" / "report.md").read_text()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie waiting for its new parent to reap it has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists() or not hasattr(os, "killpg"), reason="Linux /proc")
+@pytest.mark.parametrize("stop", ["--timeout", "SIGTERM", "SIGINT"])
+def test_a_stopped_notebook_ends_the_processes_its_kernel_started(tmp_path, stop):
+    """The reproducer: a cell's `subprocess.Popen(['sleep', '41'])` outlived the notebook's time limit and a stop
+    of regress, running on with parent 1 (and one that ignores SIGTERM too): only the kernel was ended, not its
+    process group. Now both are gone when regress returns."""
+    import signal
+    import time
+
+    folder, out, pids = tmp_path / "nbs", tmp_path / "out", tmp_path / "pids"
+    write_notebook(folder, "child", "import subprocess, time\n"
+                   "kids = [subprocess.Popen(['sleep', '41']), subprocess.Popen(['bash', '-c', \"trap '' TERM; exec "
+                   "sleep 42\"])]\ntime.sleep(0.5)\n"
+                   f"open({str(pids)!r} + '.part', 'w').write(' '.join(str(k.pid) for k in kids))\n"
+                   f"import os\nos.replace({str(pids)!r} + '.part', {str(pids)!r})\ntime.sleep(40)\n"
+                   "record('m', 1.0)\n")
+    write_baselines(folder, {"child": {"m": b(1.0)}})
+    command = [sys.executable, "-m", "trm_kaggle", "regress", "--notebooks", str(folder), "--out", str(out),
+               "--no-progress"] + (["--timeout", "10"] if stop == "--timeout" else [])
+    # regress's output in files: a pipe would stay open as long as any process holding it (the kernel's children)
+    log = (tmp_path / "stdout").open("w"), (tmp_path / "stderr").open("w")
+    p = subprocess.Popen(command, stdout=log[0], stderr=log[1])
+    kids: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not pids.exists() and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.1)
+        assert pids.exists(), (tmp_path / "stderr").read_text()
+        kids = [int(pid) for pid in pids.read_text().split()]
+        assert len(kids) == 2 and all(map(_alive, kids))
+        if stop != "--timeout":
+            p.send_signal(getattr(signal, stop))
+        p.wait(timeout=60)
+        err = (tmp_path / "stderr").read_text()
+        assert p.returncode == {"--timeout": 2, "SIGTERM": 143, "SIGINT": 130}[stop], err
+        if stop == "--timeout":
+            assert "error: child: ran past its time limit of 10 s (--timeout): stopped in cell [3]" in err, err
+        deadline = time.monotonic() + 5  # reaped by their new parent
+        while any(map(_alive, kids)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in kids if _alive(pid)], "a process the kernel started outlived regress"
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for f in log:
+            f.close()
+        for pid in kids:  # ours, should the test fail
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize("value", ["nan", "0", "-5"])
 def test_a_bad_timeout_is_refused_before_any_notebook(suite, tmp_path, capsys, value):
     rc, stdout, stderr = regress(capsys, suite, tmp_path / "out", "--timeout", value)
@@ -488,6 +567,39 @@ def test_the_regression_notebooks_are_pairs_in_sync_without_outputs():
         cells = parameters_cells(nbformat.reads(json.dumps(nb), as_version=4))
         assert len(cells) == 1 and "WORK_DIR = None" in cells[0].source, name
         assert "torch.set_num_threads(1)" in (REGRESSION / f"{name}.py").read_text(), f"{name}: pin the threads"
+
+
+def run_until_work(name: str, monkeypatch, where: Path, **parameters) -> dict:
+    """The regression notebook's code cells run here, in `where`, with `parameters` set after its parameters cell,
+    up to the cell that makes its scratch folder `work` (that one run too); torch's thread count is left alone."""
+    import jupytext
+    import torch
+
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
+    monkeypatch.chdir(where)
+    space: dict = {}
+    for cell in jupytext.read(REGRESSION / f"{name}.py").cells:
+        if cell.cell_type != "code":
+            continue
+        exec(compile(cell.source, f"{name}.py", "exec"), space)
+        if "parameters" in cell.metadata.get("tags", []):
+            space.update(parameters)
+        if "work" in space:
+            return space
+    raise AssertionError(f"{name} makes no `work` folder")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_regression_notebooks_work_dir_is_never_the_notebooks_folder(tmp_path, monkeypatch, name):
+    """The reproducer: learn_sudoku4 with WORK_DIR=notebooks/regression/scratch wrote its dataset, run and weights
+    among the notebooks; each regression notebook refuses it in one line naming WORK_DIR, before any work, and
+    takes the folder `regress` passes (under its --out)."""
+    before = sorted(p.name for p in REGRESSION.iterdir())
+    for inside in (REGRESSION / "scratch", REGRESSION, REGRESSION / GOLDEN_FOLDER / "x"):
+        with pytest.raises(TRMError, match=r"^WORK_DIR .*: lies in the notebooks folder "):
+            run_until_work(name, monkeypatch, tmp_path, WORK_DIR=str(inside))
+    assert sorted(p.name for p in REGRESSION.iterdir()) == before
+    assert run_until_work(name, monkeypatch, tmp_path, WORK_DIR=str(tmp_path / "w"))["work"] == tmp_path / "w"
 
 
 def test_every_baseline_is_set_from_a_recorded_run():

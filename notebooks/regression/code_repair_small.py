@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -48,10 +48,13 @@ from trm_kaggle.data import build_code_repair
 from trm_kaggle.evaluate import evaluate_repair, format_repair_report
 from trm_kaggle.experiments import record
 from trm_kaggle.model import load_inference_model
+from trm_kaggle.outputs import notebook_output
 from trm_kaggle.train import export_run, load_train_config, train
 
 torch.set_num_threads(1)  # one thread: the same float32 sums in the same order on every machine
-work = Path(WORK_DIR or tempfile.mkdtemp(prefix="code_repair_small_"))
+# never the notebooks folder (`regress` passes a folder under its --out)
+work = Path(notebook_output("WORK_DIR", WORK_DIR) if WORK_DIR is not None
+            else tempfile.mkdtemp(prefix="code_repair_small_"))
 
 # %% [markdown]
 # ## The corpus

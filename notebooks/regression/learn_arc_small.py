@@ -55,10 +55,13 @@ from trm_kaggle.data import build_arc, rule_tasks, write_challenges
 from trm_kaggle.evaluate import evaluate
 from trm_kaggle.experiments import record
 from trm_kaggle.model import load_model_for_dataset
+from trm_kaggle.outputs import notebook_output
 from trm_kaggle.train import export_run, load_train_config, train
 
 torch.set_num_threads(1)  # one thread: the same float32 sums in the same order on every machine
-work = Path(WORK_DIR or tempfile.mkdtemp(prefix="learn_arc_small_"))
+# never the notebooks folder (`regress` passes a folder under its --out)
+work = Path(notebook_output("WORK_DIR", WORK_DIR) if WORK_DIR is not None
+            else tempfile.mkdtemp(prefix="learn_arc_small_"))
 
 # %% [markdown]
 # ## Tasks and dataset

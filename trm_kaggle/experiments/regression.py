@@ -187,6 +187,7 @@ class Kernels:
 
         self.lock = threading.Lock()
         self.started: list = []
+        self.ended: list = []  # the running kernels a stop signalled
         self.stopped = False
 
     def add(self, manager) -> None:
@@ -194,21 +195,40 @@ class Kernels:
             self.started.append(manager)
             stopped = self.stopped
         if stopped:  # started while the stop ended the others
+            with self.lock:
+                self.ended.append(manager)
             self._end(manager)
 
+    def finished(self, managers: list) -> bool:
+        """The kernels of a notebook that has ended, which a later stop no longer signals (their process ids are
+        reaped); whether a stop signalled one of them."""
+        with self.lock:
+            self.started = [m for m in self.started if m not in managers]
+            return any(m in self.ended for m in managers)
+
     def stop(self) -> None:
-        """End every kernel started, and any started from now on (SIGTERM: its cell fails, its thread returns)."""
+        """End every running kernel, and any started from now on (SIGTERM: its cell fails, its thread returns)."""
         with self.lock:
             self.stopped = True
             managers = list(self.started)
+            self.ended += managers
         for manager in managers:
             self._end(manager)
 
     @staticmethod
     def _end(manager, sig: int = signal.SIGTERM) -> None:
-        pid = getattr(getattr(manager, "provisioner", None), "pid", None)
-        if isinstance(pid, int) and pid > 0:
-            with contextlib.suppress(OSError):
+        """Send `sig` to the kernel and every process it started (a training, a `subprocess.Popen` in a cell: left
+        running with parent 1 when only the kernel was ended): the kernel's process group, which jupyter_client
+        starts it at the head of (a session of its own). A kernel that leads no group of its own gets the signal
+        alone: never a group that is not the kernel's (regress's own, its shell's)."""
+        provisioner = getattr(manager, "provisioner", None)
+        pid, pgid = getattr(provisioner, "pid", None), getattr(provisioner, "pgid", None)
+        if not (isinstance(pid, int) and pid > 0):
+            return
+        with contextlib.suppress(OSError):  # gone already (its group too)
+            if pgid == pid and hasattr(os, "killpg") and pgid != os.getpgrp():
+                os.killpg(pgid, sig)
+            else:
                 os.kill(pid, sig)
 
 
@@ -341,6 +361,7 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
     done, expired = threading.Event(), []
     limit = threading.Thread(target=_time_limit, args=(managers, timeout, done, expired), daemon=True,
                              name=f"regress-timeout-{name}")
+    started = time.monotonic()  # the limit's own start: a run it outlasted is past it, whatever the timer saw
     limit.start()
     try:
         try:
@@ -396,10 +417,19 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
     except Exception as e:  # noqa: BLE001 - a notebook papermill cannot read: this one's loss
         run.error = f"{type(e).__name__}: {_first_line(e)}"
     finally:
+        ended = time.monotonic()
         done.set()
     limit.join()
-    if expired and run.error is not None:  # how the kernel's end was said (it died, a cell failed) is ours
-        run.error = (f"ran past its time limit of {timeout:g} s (--timeout): stopped{_dying_cell(executed)}"
+    stopped = kernels.finished(managers) if kernels is not None else False
+    if expired or stopped:  # what survived the SIGTERM (a process that ignores it) is killed: the kernel's group
+        # stands while any of it lives
+        for manager in managers:
+            Kernels._end(manager, getattr(signal, "SIGKILL", signal.SIGTERM))
+    seconds = ended - started
+    if expired or (timeout is not None and seconds > timeout):  # past its limit, it fails, also when it ended
+        # before the kill landed; how the kernel's end was said (it died, a cell failed) is ours
+        how = f"stopped{_dying_cell(executed)}" if run.error is not None else f"it took {seconds:.3g} s"
+        run.error = (f"ran past its time limit of {timeout:g} s (--timeout): {how}"
                      + (f" (see {executed})" if executed.is_file() else ""))
     run.seconds = time.perf_counter() - t0
     if work is not None and (run.error is None or not _holds_anything(work)):
