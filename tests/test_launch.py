@@ -639,3 +639,26 @@ def test_the_launch_library_checks_its_out_folder_as_the_command_does(tmp_path, 
     with pytest.raises(TRMError, match=r"^--out "):
         launch_training(cluster, overrides=["data_paths=[/workspace/d]"])
     assert not os.path.lexists("/dev/trm-probe") and not os.path.lexists("/trm-d.yaml")
+
+
+@pytest.mark.parametrize("folder, said", [("./-dash", "./-dash"), ("ln\nx", "ln\nx")])
+def test_a_printed_submit_command_names_its_out_folder_when_pasted(tmp_path, shared, capsys, monkeypatch, folder,
+                                                                   said):
+    """`--out ./-dash` printed `sbatch -dash/r1.sbatch` (sbatch read -d, a dependency, then the script from stdin),
+    and `--out $'ln\\nx'` printed `sbatch 'ln\\nx/r1.sbatch'`, a backslash and an n when pasted."""
+    from test_wording import pasted
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["launch", "slurm", "--nodes", "1", "--gpus-per-node", "0", "--out", folder, "--shared-dir",
+                 str(shared), "data_paths=[data/sudoku4]", *TINY, "+run_name=r1"]) == 0
+    submit = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("submit: "))
+    assert pasted(submit.removeprefix("submit: ")) == ["sbatch", f"{said}/r1.sbatch"]
+    assert (tmp_path / folder / "r1.sbatch").is_file()
+    # kubectl's -f names a file, or a folder of several (a sweep's)
+    for args, named in (([*K8S, "--out", f"{folder}/one"], f"{said}/one/arc2-2x8.yaml"),
+                        (["sweep", "ablations", "--preset", "sudoku4-cpu", "data_paths=[data/sudoku4]", "--launcher",
+                          "k8s", "--nodes", "1", "--gpus-per-node", "1", "--image", IMAGE, "--pvc", "runs", "device=auto", "--out",
+                          f"{folder}/many"], f"{said}/many")):
+        assert main(args) == 0
+        submit = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("submit: "))
+        assert pasted(submit.removeprefix("submit: ")) == ["kubectl", "apply", "-f", named]

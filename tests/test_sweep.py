@@ -784,3 +784,19 @@ def test_the_printed_compare_command_pastes_as_one_command():
     line = summary.describe().splitlines()[-1]
     assert line.startswith("compare them: ")
     assert shlex.split(line.removeprefix("compare them: ")) == ["trm-kaggle", "compare", "sw/a b$(id)"]
+
+
+def test_a_sweep_folder_starting_with_a_dash_reaches_train_as_a_path(tmp_path, monkeypatch):
+    """`--sweep-dir ./-sw` gave each run `train --config -sw/...` (a Path drops the `./`): train's argparse read it as
+    an option, "argument --config: expected one argument", and every run failed."""
+    from trm_kaggle.cli import build_parser
+    from test_wording import pasted
+
+    monkeypatch.chdir(tmp_path)
+    (run,) = S.plan_sweep(grid("a"), "./-sw")
+    cmd = run.command(Path("./-sw") / run.name)
+    assert cmd[2:4] == ["trm_kaggle", "train"]
+    assert build_parser().parse_args(cmd[3:]).config == "./-sw/a_s0/run_config.yaml"
+    for folder, said in ((Path("./-sw"), "./-sw"), (Path("sw\nnl"), "sw\nnl")):  # pasted: that folder, as one line
+        line = S.SweepSummary(folder, total=1, done=1, failed=0, skipped=0, seconds=1.0).describe().splitlines()[-1]
+        assert pasted(line.removeprefix("compare them: ")) == ["trm-kaggle", "compare", said]

@@ -39,3 +39,30 @@ def test_a_command_line_pastes_as_the_words_it_names():
     assert shlex.split(line) == [str(w) for w in words]
     assert command_line("sbatch", "jobs/x.sbatch") == "sbatch jobs/x.sbatch"  # plain words stay plain
     assert "\n" not in command_line("ls", "a\nb")
+
+
+def pasted(line: str) -> list[str]:
+    """The words bash gives a command when `line` is pasted into it (in a UTF-8 locale)."""
+    import os
+    import subprocess
+
+    run = subprocess.run(["bash", "-c", "printf '%s\\0' " + line], capture_output=True, check=True,
+                         env={**os.environ, "LC_ALL": "C.UTF-8"})
+    return [os.fsdecode(w) for w in run.stdout.split(b"\0")[:-1]]
+
+
+@pytest.mark.parametrize("word", ["sw\nnl", "a\tb\rc", "it's \\ \x1b[2J\x07", "\xa0nb\u2028x", "é-tâche",
+                                  "bad\udcff", "\U000e0001tag", "$(id) `id` \"q\" !x"])
+def test_a_word_with_a_character_no_terminal_shows_pastes_as_itself_on_one_line(word):
+    """`sw\\nnl` was printed `'sw\\nnl'`: pasted, bash read a backslash and an n, another folder's name."""
+    line = command_line("trm-kaggle", "compare", Path(word), word)
+    assert line.isprintable() and pasted(line) == ["trm-kaggle", "compare", word, word]
+
+
+def test_a_path_starting_with_a_dash_is_no_option():
+    """`sbatch -dash/r1.sbatch` (from `--out ./-dash`: a Path drops the `./`) was read as sbatch's option -d."""
+    from trm_kaggle.wording import path_word
+
+    line = command_line("sbatch", Path("./-dash") / "r1.sbatch", "--export", Path("-"), Path("/-abs"), "-o")
+    assert pasted(line) == ["sbatch", "./-dash/r1.sbatch", "--export", "./-", "/-abs", "-o"]
+    assert path_word(Path("-sw") / "a") == "./-sw/a" and path_word("runs/-x") == "runs/-x"

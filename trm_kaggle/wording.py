@@ -7,6 +7,7 @@ import argparse
 import logging
 import math
 import numbers
+import os
 import shlex
 import sys
 from typing import Callable
@@ -39,11 +40,46 @@ def one_line(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
 
 
+def path_word(path: str | os.PathLike) -> str:
+    """`path` as a word of a command line: `./-sw` for a relative path that starts with `-`, which a command (argparse,
+    sbatch) would otherwise read as an option, and the rest as they are. `Path("./-sw")` says `-sw`: the `./` it
+    dropped is put back here, for a child's argument as for a printed command."""
+    text = os.fspath(path)
+    return "./" + text if text.startswith("-") else text
+
+
+def shell_word(word: str) -> str:
+    """`word` quoted as bash reads it back: `shlex.quote`, and `$'...'` with escapes (`\\n`, `\\x1b`, `\\u00a0`) for
+    a word holding a character no terminal shows as itself. A newline escaped inside single quotes ('a\\nb') was
+    pasted as a backslash and an n, naming another folder."""
+    if all(c.isprintable() for c in word):
+        return shlex.quote(word)
+    return "$'" + "".join(_ANSI_C_ESCAPES.get(c) or (c if c.isprintable() else _ansi_c_code(c)) for c in word) + "'"
+
+
+#: The characters `$'...'` writes with a backslash: its own quote and backslash, and the named control characters.
+_ANSI_C_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r", "\a": "\\a", "\b": "\\b",
+                   "\f": "\\f", "\v": "\\v", "\x1b": "\\E"}
+
+
+def _ansi_c_code(c: str) -> str:
+    """One unshown character in bash's `$'...'` form: `\\xHH` for ASCII and for a byte a file name holds that is
+    no UTF-8 (Python reads it as a surrogate, U+DC80 to U+DCFF), `\\uHHHH` or `\\UHHHHHHHH` for the rest (`\\xHH`
+    would be that byte, not the character)."""
+    code = ord(c)
+    if code < 0x80:
+        return f"\\x{code:02x}"
+    if 0xDC80 <= code <= 0xDCFF:
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
 def command_line(*words: object) -> str:
-    """A command a person pastes into a shell (`trm-kaggle compare DIR`, `sbatch FILE`), each word quoted as the
-    shell reads it (`shlex.quote`) and the whole kept one line (`one_line`): a folder named `a b$(id)` split in two
-    and ran `id` when pasted unquoted."""
-    return one_line(" ".join(shlex.quote(str(w)) for w in words))
+    """A command a person pastes into a shell (`trm-kaggle compare DIR`, `sbatch FILE`), one line, each word quoted
+    as the shell reads it back (`shell_word`): a folder named `a b$(id)` split in two and ran `id` when pasted
+    unquoted. A path is given as a `Path` and written as `path_word` writes it (`sbatch -dash/r1.sbatch` was read as
+    sbatch's option -d); any other word (an option, a name) as it is."""
+    return " ".join(shell_word(path_word(w) if isinstance(w, os.PathLike) else str(w)) for w in words)
 
 
 def escaped_echo(echo: Callable[[str], None]) -> Callable[[str], None]:

@@ -60,7 +60,7 @@ from trm_kaggle.outputs import (SWEEP_RECORD, Input, Output, check_kept, in_a_wo
 from trm_kaggle.progress import tqdm
 from trm_kaggle.train import (RESUMABLE_CHANGES, apply_overrides, dump_config, load_train_config, parse_override,
                               read_config_file, repeated_keys, training_io)
-from trm_kaggle.wording import clipped, command_line, escaped_echo, one_line, type_name
+from trm_kaggle.wording import clipped, command_line, escaped_echo, one_line, path_word, type_name
 
 log = logging.getLogger(__name__)
 
@@ -149,8 +149,10 @@ class PlannedRun:
     config: TrainConfig  # everything resolved; the run's process reads it from RUN_CONFIG
 
     def command(self, run_dir: Path, extra: Sequence[str] = ()) -> list[str]:
-        """`trm-kaggle train` on this run's resolved settings, as a module call of this interpreter."""
-        return [sys.executable, "-m", "trm_kaggle", "train", "--config", str(run_dir / RUN_CONFIG), *extra]
+        """`trm-kaggle train` on this run's resolved settings, as a module call of this interpreter. The settings'
+        path is a `path_word`: a `--sweep-dir ./-sw` gave `--config -sw/...`, which train's argparse read as an
+        option."""
+        return [sys.executable, "-m", "trm_kaggle", "train", "--config", path_word(run_dir / RUN_CONFIG), *extra]
 
     def describe(self) -> str:
         return " ".join([*(f"--preset {p}" for p in self.presets), *self.overrides]) or "(the base)"

@@ -19,6 +19,7 @@ pods ask for `nvidia.com/gpu: G` (requests equal limits for extended resources).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -43,7 +44,8 @@ def render(cluster: ClusterConfig, jobs: list[ClusterJob], export: str | None = 
             docs += [rendezvous_service(cluster, job), indexed_job(cluster, job, export)]
         # one line: a newline in the run's folder name ended the comment and began YAML of its own (an object)
         header = (f"# trm-kaggle: run {one_line(job.run)} on {count(cluster.nodes, 'node')} x {count(cluster.procs_per_node, 'worker')}; "
-                  f"written, not submitted.\n# Submit: {command_line('kubectl', 'apply', '-f', job.name + '.yaml')}\n")
+                  f"written, not submitted.\n"
+                  f"# Submit: {command_line('kubectl', 'apply', '-f', Path(job.name + '.yaml'))}\n")
         out[f"{job.name}.yaml"] = header + yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False,
                                                          default_flow_style=False, width=120)
     return out

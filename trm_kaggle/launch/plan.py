@@ -98,8 +98,8 @@ class LaunchResult:
         runs = self.compare_dir or self.jobs[0].run_dir
         lines.append(f"runs on the shared volume ({where}): {runs}")
         if self.compare_dir:
-            lines.append(f"compare them there: {command_line('trm-kaggle', 'compare', self.compare_dir)}; submitting "
-                         "again skips done runs and resumes the others")
+            compare = command_line("trm-kaggle", "compare", Path(self.compare_dir))
+            lines.append(f"compare them there: {compare}; submitting again skips done runs and resumes the others")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -242,8 +242,8 @@ def _write(cluster: ClusterConfig, jobs: list[ClusterJob], *, inputs: Sequence[s
            array_name: str | None = None, given: Sequence[TrainConfig] = ()) -> LaunchResult:
     if cluster.launcher == "k8s":
         texts = k8s.render(cluster, jobs, export=export)
-        submit = command_line("kubectl", "apply", "-f",
-                              Path(cluster.out) / next(iter(texts)) if len(texts) == 1 else cluster.out)
+        submit = command_line("kubectl", "apply", "-f",  # paths as Paths: `command_line` keeps `./-out` an operand
+                              Path(cluster.out) / next(iter(texts)) if len(texts) == 1 else Path(cluster.out))
     else:
         texts = slurm.render(cluster, jobs, export=export, array_name=array_name)
         submit = command_line("sbatch", Path(cluster.out) / next(iter(texts)))

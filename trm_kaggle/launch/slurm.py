@@ -19,6 +19,7 @@ train state, and a run already done ends at once.
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 from trm_kaggle.config import ClusterConfig
 from trm_kaggle.errors import TRMError
@@ -60,8 +61,8 @@ def script(cluster: ClusterConfig, jobs: list[ClusterJob], name: str, export: st
              f"# trm-kaggle: {what}, on {count(cluster.nodes, 'node')} x {count(cluster.procs_per_node, 'worker')}; "
              "written, not "
              "submitted.",
-             f"# Submit: {command_line('sbatch', name + '.sbatch')}  (again after a failure or a time limit: a run resumes from its newest "
-             "train state; a done run ends at once)",
+             f"# Submit: {command_line('sbatch', Path(name + '.sbatch'))}  (again after a failure or a time limit: a "
+             "run resumes from its newest train state; a done run ends at once)",
              f"#SBATCH --job-name={name}",
              f"#SBATCH --nodes={cluster.nodes}",
              "#SBATCH --ntasks-per-node=1"]
