@@ -587,3 +587,28 @@ def test_a_file_given_without_out_is_named_as_the_input(tmp_path, capsys):
                                            "parent directories\n")
     assert main(["compare", str(tmp_path / "missing")]) == 2
     assert capsys.readouterr().err.startswith(f"error: {tmp_path / 'missing'}: no such directory")
+
+
+def test_the_placeholder_state_is_written_bare_and_a_run_named_dash_keeps_its_quote(tmp_path):
+    """table.csv wrote a plain run's state, the tables' `-` (no sweep records it), as `'-`: a quote where no data
+    is. A run folder named `-` is text read from the disk: it keeps its `'`."""
+    for name in ("-", "ok"):
+        write_run(tmp_path / "runs" / name, ["global_batch_size=8", "seed=0"], train=[(10, 4.0, 1.0, 0.1, 0.5)])
+    paths = write_comparison([tmp_path / "runs"], tmp_path / "cmp", metric="loss")
+    assert {r["run"]: r["state"] for r in rows_of(paths["csv"]).values()} == {"'-": "-", "ok": "-"}
+
+
+def test_many_groups_plot_without_a_layout_warning(tmp_path):
+    """`compare` of 40 groups printed matplotlib's "constrained_layout not applied" twice, with its file:line: a
+    legend of 40 lines in one column stood taller than the plot. So did group names too long for any layout."""
+    import warnings
+
+    pytest.importorskip("matplotlib")
+    for i in range(40):
+        write_run(tmp_path / "runs" / f"r{i}{'x' * (150 if i < 3 else 0)}_s0",
+                  ["global_batch_size=8", "seed=0", f"lr={i + 1}e-4"], train=[(10, 4.0, 1.0, 0.1, 0.5)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        paths = write_comparison([tmp_path / "runs"], tmp_path / "cmp", metric="loss")
+    assert [str(w.message) for w in caught] == []
+    assert_png(paths["curves"])

@@ -40,6 +40,7 @@ import logging
 import math
 import os
 import statistics
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -63,6 +64,9 @@ log = logging.getLogger(__name__)
 BOOKKEEPING = {"seed", "checkpoint_path", "run_name", "project_name", "progress", "threads", "log_interval",
                "tensorboard", "wandb", "checkpoint_keep", "checkpoint_every_eval", "load_checkpoint"}
 
+#: The state of a run no sweep records (a plain run folder): the tables' own placeholder, no text read from a file.
+NO_STATE = "-"
+
 
 @dataclass
 class RunData:
@@ -71,7 +75,7 @@ class RunData:
     source: str  # the sweep it belongs to ("" for a plain run)
     variant: str | None  # the sweep's variant name
     seed: int | None
-    state: str  # the sweep's record, else "-"
+    state: str  # the sweep's record, else NO_STATE
     settings: dict[str, Any]  # flattened config: {"arch.L_cycles": 6, ...}
     train: list[dict] = field(default_factory=list)
     evals: list[dict] = field(default_factory=list)
@@ -144,7 +148,7 @@ def _sweep_runs(path: Path) -> list[RunData]:
     runs = []
     for rec in doc["runs"]:  # read_sweep checked every name: a plain directory name
         run_dir = path / rec["name"]
-        state = str(rec.get("state", "-"))
+        state = str(rec.get("state", NO_STATE))
         if state != "pending" and not run_dir.is_dir():  # deleted, or a record no run of the sweep wrote: never
             log.warning("sweep %s: run %s is recorded %s but %s is no folder (deleted?): shown as missing",
                         path, rec["name"], state, run_dir)  # counted done over nothing
@@ -160,7 +164,7 @@ def _sweep_runs(path: Path) -> list[RunData]:
 
 def _plain_run(path: Path) -> RunData:
     config = _config(path, None)
-    return RunData(path.name, path, "", None, config.get("seed"), "-", dotted(config))
+    return RunData(path.name, path, "", None, config.get("seed"), NO_STATE, dotted(config))
 
 
 def _not_a_folder(path: Path) -> str:
@@ -446,9 +450,12 @@ def comparison_tables(runs: Sequence[RunData]) -> tuple[str, str]:
                     else one_line(r.settings[k]) if isinstance(r.settings.get(k), str)  # as in table.md
                     else r.settings.get(k) for k in differ]
         # a number that is not finite is no data, as table.md's "-": never "inf" or "nan" in a file others read
-        writer.writerow([_csv_cell(cell) for cell in [r.label, r.group, r.seed, r.state]
-                         + ["" if isinstance(row[k], float) and not math.isfinite(row[k]) else row[k]
-                            for k, _, _ in columns] + settings])
+        cells = [_csv_cell(cell) for cell in [r.label, r.group, r.seed, r.state]
+                 + ["" if isinstance(row[k], float) and not math.isfinite(row[k]) else row[k]
+                    for k, _, _ in columns] + settings]
+        if r.state == NO_STATE:  # the tables' own placeholder, written bare: `'-` showed a quote where no data is (a
+            cells[3] = NO_STATE  # run folder named `-` is text read from the disk, and keeps its `'`)
+        writer.writerow(cells)
 
     def setting(r: RunData, k: str) -> str:
         if k not in r.settings:  # a run whose settings could not be read: empty, as the warning said (None is a
@@ -462,7 +469,8 @@ def comparison_tables(runs: Sequence[RunData]) -> tuple[str, str]:
     group_rows = []
     for name, idx in groups.items():
         states = [runs[i].state for i in idx]
-        state = ", ".join(f"{states.count(s)} {s}" for s in dict.fromkeys(states)) if states[0] != "-" else "-"
+        state = (", ".join(f"{states.count(s)} {s}" for s in dict.fromkeys(states)) if states[0] != NO_STATE
+                 else NO_STATE)
         cells = [_fmt_spread([rows[i][k] for i in idx if finite_number(rows[i][k])], how,  # NaN: no data, as per run
                              any(_has_records(runs[i], k) for i in idx)) for k, _, how in columns]
         group_rows.append([name, str(len(idx)), state] + cells + [setting(runs[idx[0]], k) for k in differ])
@@ -513,6 +521,24 @@ def group_curves(runs: Sequence[RunData], metric: str) -> dict[str, list[tuple[i
     return {g: pts for g, pts in curves.items() if any(math.isfinite(p[2]) for p in pts)}
 
 
+#: A legend of the curves: at most this many lines a column and this many columns (40 lines in one column stood
+#: taller than the plot, 200 in 17 columns wider, and the layout gave up with a warning each time).
+LEGEND_ROWS, LEGEND_COLUMNS = 12, 3
+
+
+def _legend(ax) -> None:
+    """The groups' lines of `ax` named in columns of LEGEND_ROWS; past what LEGEND_COLUMNS hold, the rest counted
+    ("and 5 more": table.md names every group)."""
+    from matplotlib.lines import Line2D
+
+    handles, labels = ax.get_legend_handles_labels()
+    most = LEGEND_ROWS * LEGEND_COLUMNS
+    if len(handles) > most:
+        handles = [*handles[:most - 1], Line2D([], [], linestyle="none")]
+        labels = [*labels[:most - 1], f"and {len(labels) - most + 1} more"]
+    ax.legend(handles, labels, fontsize=8, loc="best", ncols=math.ceil(len(handles) / LEGEND_ROWS))
+
+
 def _figure(width: float, height: float, rows: int, cols: int):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -527,7 +553,9 @@ def _png(fig) -> bytes:
     from PIL import Image  # a dependency of matplotlib
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
+    with warnings.catch_warnings():  # names too long for any layout (a group of 100 characters): drawn as they are;
+        warnings.filterwarnings("ignore", "constrained_layout not applied", UserWarning)  # no console noise
+        fig.savefig(buf, format="png", dpi=80)
     image = Image.open(io.BytesIO(buf.getvalue())).convert("RGB").quantize(colors=128,
                                                                            method=Image.Quantize.MEDIANCUT)
     out = io.BytesIO()
@@ -568,7 +596,7 @@ def plot_curves(runs: Sequence[RunData], metric: str) -> bytes:
     axes[1][0].set_title("training loss", fontsize=10)
     for row, name in enumerate((metric, "loss")):  # each row's lines named: the loss lines as well as the metric's
         if any(group_curves(runs, name).values()):
-            axes[row][1].legend(fontsize=8, loc="best")
+            _legend(axes[row][1])
     return _png(fig)
 
 
@@ -626,7 +654,8 @@ def write_comparison(dirs: Sequence[str | Path], out_dir: str | Path, metric: st
     out = Path(out_dir)
     md, table_csv = comparison_tables(runs)
     done = sum(r.state == "done" for r in runs)
-    header = (f"# Comparison of {len(runs)} runs" + (f" ({done} done)" if any(r.state != "-" for r in runs) else "")
+    header = (f"# Comparison of {len(runs)} runs"
+              + (f" ({done} done)" if any(r.state != NO_STATE for r in runs) else "")
               + f"\n\nMetric of the plots: `{metric}`"
               + (f" ({NO_DATA} yet: no row halted in any logged interval)" if no_data and any(r.train for r in runs)
                  else "") + ".\n\n"
