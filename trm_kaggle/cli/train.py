@@ -208,7 +208,7 @@ def _upstream_contents(checkpoint: str) -> Any:
     loaded = read_torch_file(Path(checkpoint), "checkpoint file")  # a text file: "not a readable PyTorch checkpoint"
     if holds_train_state(loaded):
         raise TRMError(f"{checkpoint}: a trm-kaggle train state, not an upstream checkpoint: `"
-                       f"{command_line('trm-kaggle', 'export', checkpoint, '--out', 'DIR')}` makes an export")
+                       f"{command_line('trm-kaggle', 'export', Path(checkpoint), '--out', 'DIR')}` makes an export")
     return loaded
 
 
