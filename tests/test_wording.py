@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -41,14 +43,26 @@ def test_a_command_line_pastes_as_the_words_it_names():
     assert "\n" not in command_line("ls", "a\nb")
 
 
-def pasted(line: str) -> list[str]:
-    """The words bash gives a command when `line` is pasted into it (in a UTF-8 locale)."""
-    import os
-    import subprocess
+def pasted(line: str, locale: str = "C.UTF-8") -> list[str]:
+    """The words bash gives a command when `line` is pasted into it (in a UTF-8 locale unless told)."""
+    return [os.fsdecode(w) for w in pasted_bytes(line, locale)]
 
+
+def pasted_bytes(line: str, locale: str) -> list[bytes]:
+    """The bytes of each word bash gives a command when `line` is pasted into it under `LC_ALL=locale`."""
     run = subprocess.run(["bash", "-c", "printf '%s\\0' " + line], capture_output=True, check=True,
-                         env={**os.environ, "LC_ALL": "C.UTF-8"})
-    return [os.fsdecode(w) for w in run.stdout.split(b"\0")[:-1]]
+                         env={**os.environ, "LC_ALL": locale})
+    return run.stdout.split(b"\0")[:-1]
+
+
+@pytest.mark.parametrize("locale", ["C", "C.UTF-8"])
+def test_a_printed_command_pastes_as_the_same_bytes_in_every_locale(locale):
+    """`$'z\\u00a0'` (a no-break space, which no terminal shows as itself) pasted under LC_ALL=C gave bash the six
+    characters `\\u00A0`: another folder's name. Printable letters (ü) stay as they are."""
+    word = "./-p \x1b[2Jz\xa0ü\u2028\U000e0001bad\udcff"
+    line = command_line("trm-kaggle", "compare", Path(word))
+    assert line.isprintable() and "ü" in line and "\\u" not in line and "\\U" not in line
+    assert pasted_bytes(line, locale) == [b"trm-kaggle", b"compare", os.fsencode(word)]
 
 
 @pytest.mark.parametrize("word", ["sw\nnl", "a\tb\rc", "it's \\ \x1b[2J\x07", "\xa0nb\u2028x", "é-tâche",

@@ -49,8 +49,8 @@ def path_word(path: str | os.PathLike) -> str:
 
 
 def shell_word(word: str) -> str:
-    """`word` quoted as bash reads it back: `shlex.quote`, and `$'...'` with escapes (`\\n`, `\\x1b`, `\\u00a0`) for
-    a word holding a character no terminal shows as itself. A newline escaped inside single quotes ('a\\nb') was
+    """`word` quoted as bash reads it back: `shlex.quote`, and `$'...'` with escapes (`\\n`, `\\x1b`, `\\xc2\\xa0`)
+    for a word holding a character no terminal shows as itself. A newline escaped inside single quotes ('a\\nb') was
     pasted as a backslash and an n, naming another folder."""
     if all(c.isprintable() for c in word):
         return shlex.quote(word)
@@ -63,15 +63,15 @@ _ANSI_C_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\
 
 
 def _ansi_c_code(c: str) -> str:
-    """One unshown character in bash's `$'...'` form: `\\xHH` for ASCII and for a byte a file name holds that is
-    no UTF-8 (Python reads it as a surrogate, U+DC80 to U+DCFF), `\\uHHHH` or `\\UHHHHHHHH` for the rest (`\\xHH`
-    would be that byte, not the character)."""
-    code = ord(c)
-    if code < 0x80:
-        return f"\\x{code:02x}"
-    if 0xDC80 <= code <= 0xDCFF:
-        return f"\\x{code - 0xDC00:02x}"
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+    """One unshown character in bash's `$'...'` form: its UTF-8 bytes as `\\xHH` each (U+00A0 is `\\xc2\\xa0`), and a
+    byte a file name holds that is no UTF-8 (Python reads it as a surrogate, U+DC80 to U+DCFF) as that byte. Bash
+    expands `\\uHHHH` by the locale (under LC_ALL=C `$'\\u00a0'` stays the six characters, another folder's name);
+    bytes paste the same in every locale."""
+    try:
+        data = c.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate no file name holds: its bytes as Python writes them
+        data = c.encode("utf-8", "surrogatepass")
+    return "".join(f"\\x{b:02x}" for b in data)
 
 
 def command_line(*words: object) -> str:
