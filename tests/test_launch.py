@@ -662,3 +662,25 @@ def test_a_printed_submit_command_names_its_out_folder_when_pasted(tmp_path, sha
         assert main(args) == 0
         submit = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("submit: "))
         assert pasted(submit.removeprefix("submit: ")) == ["kubectl", "apply", "-f", named]
+
+
+def test_every_line_launch_and_a_cluster_sweep_print_shows_a_typed_out_folder_escaped(tmp_path, shared, capsys,
+                                                                                     monkeypatch):
+    """`--out $'./-o ut\\n\\x1b[31mx'` printed `wrote 1 file to ./-o ut` and a second line starting with the raw escape
+    sequence, which coloured the terminal: each line says the path escaped, and the submit line still pastes."""
+    from test_wording import pasted
+
+    monkeypatch.chdir(tmp_path)
+    folder = "./-o ut $(id)\n\x1b[31mx\tq"
+    (tmp_path / folder).mkdir()
+    runs = [(["launch", "slurm", "--nodes", "1", "--gpus-per-node", "0", "--out", f"{folder}/s", "--shared-dir",
+              str(shared), "data_paths=[data/sudoku4]", *TINY, "+run_name=r1"], "sbatch", f"{folder}/s/r1.sbatch"),
+            ([*K8S, "--out", f"{folder}/k"], "kubectl", f"{folder}/k/arc2-2x8.yaml"),
+            (slurm_sweep_args(shared, tmp_path / folder / "w", "runs/w"), "sbatch", str(tmp_path / folder / "w" / "lr.sbatch"))]
+    for args, tool, named in runs:
+        assert main(args) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert all(line.isprintable() for line in lines), lines
+        assert any(line.startswith("wrote ") and "\\n\\x1b[31mx\\tq" in line for line in lines), lines
+        submit = next(ln for ln in lines if ln.startswith("submit: ")).removeprefix("submit: ")
+        assert pasted(submit)[0] == tool and pasted(submit)[-1] == named

@@ -101,7 +101,9 @@ class LaunchResult:
             compare = command_line("trm-kaggle", "compare", Path(self.compare_dir))
             lines.append(f"compare them there: {compare}; submitting again skips done runs and resumes the others")
         lines += [f"note: {n}" for n in self.notes]
-        return "\n".join(lines)
+        # typed paths (--out, --shared-dir, a run folder): a newline in one split a line, an escape sequence
+        # reached the terminal
+        return "\n".join(one_line(line) for line in lines)
 
 
 def launch_training(cluster: ClusterConfig, *, config_file: str | None = None, presets: Sequence[str] = (),
