@@ -324,14 +324,18 @@ def _alive(pid: int) -> bool:
 def test_a_stopped_notebook_ends_the_processes_its_kernel_started(tmp_path, stop):
     """The reproducer: a cell's `subprocess.Popen(['sleep', '41'])` outlived the notebook's time limit and a stop
     of regress, running on with parent 1 (and one that ignores SIGTERM too): only the kernel was ended, not its
-    process group. Now both are gone when regress returns."""
+    process group. Then those in a session or process group of their own (as a sweep's children and torchrun's
+    workers are) ran on the same way: only the kernel's group was ended, not its descendants. Now all are gone
+    when regress returns."""
     import signal
     import time
 
     folder, out, pids = tmp_path / "nbs", tmp_path / "out", tmp_path / "pids"
-    write_notebook(folder, "child", "import subprocess, time\n"
+    write_notebook(folder, "child", "import os, subprocess, time\n"
                    "kids = [subprocess.Popen(['sleep', '41']), subprocess.Popen(['bash', '-c', \"trap '' TERM; exec "
-                   "sleep 42\"])]\ntime.sleep(0.5)\n"
+                   "sleep 42\"]), subprocess.Popen(['sleep', '43'], start_new_session=True), "
+                   "subprocess.Popen(['setsid', 'bash', '-c', \"trap '' TERM; exec sleep 44\"]), "
+                   "subprocess.Popen(['sleep', '45'], process_group=0)]\ntime.sleep(0.5)\n"
                    f"open({str(pids)!r} + '.part', 'w').write(' '.join(str(k.pid) for k in kids))\n"
                    f"import os\nos.replace({str(pids)!r} + '.part', {str(pids)!r})\ntime.sleep(40)\n"
                    "record('m', 1.0)\n")
@@ -348,7 +352,7 @@ def test_a_stopped_notebook_ends_the_processes_its_kernel_started(tmp_path, stop
             time.sleep(0.1)
         assert pids.exists(), (tmp_path / "stderr").read_text()
         kids = [int(pid) for pid in pids.read_text().split()]
-        assert len(kids) == 2 and all(map(_alive, kids))
+        assert len(kids) == 5 and all(map(_alive, kids))
         if stop != "--timeout":
             p.send_signal(getattr(signal, stop))
         p.wait(timeout=60)
@@ -369,6 +373,30 @@ def test_a_stopped_notebook_ends_the_processes_its_kernel_started(tmp_path, stop
         for pid in kids:  # ours, should the test fail
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists() or not hasattr(os, "killpg"), reason="Linux /proc")
+def test_a_stopped_notebook_s_processes_have_time_to_stop_cleanly(tmp_path, capsys):
+    """A `trm-kaggle sweep` in a notebook needs about 2.5 s after SIGTERM to stop its runs and write sweep.json; the
+    SIGKILL came 1 s after the SIGTERM (at once, for a process in a session of its own, when the kernel ended) and
+    left sweep.json saying "running". Here a process in a session of its own takes 3 s to stop: it finishes."""
+    import signal
+
+    folder, done, pid = tmp_path / "nbs", tmp_path / "done", tmp_path / "pid"
+    slow_stop = (f"import signal, sys, time\ndef stop(*_):\n    time.sleep(3)\n    open({str(done)!r}, 'w').write('clean')"
+                 "\n    sys.exit(0)\nsignal.signal(signal.SIGTERM, stop)\ntime.sleep(60)\n")
+    write_notebook(folder, "slow", "import subprocess, sys, time\n"
+                   f"kid = subprocess.Popen([sys.executable, '-c', {slow_stop!r}], start_new_session=True)\n"
+                   f"open({str(pid)!r}, 'w').write(str(kid.pid))\ntime.sleep(60)\nrecord('m', 1.0)\n")
+    write_baselines(folder, {"slow": {"m": b(1.0)}})
+    try:
+        rc, stdout, stderr = regress(capsys, folder, tmp_path / "out", "--timeout", "4")
+        assert rc == 2 and "error: slow: ran past its time limit of 4 s (--timeout)" in stderr, stdout + stderr
+        assert done.exists() and done.read_text() == "clean", "its process was killed before it stopped"
+        assert not _alive(int(pid.read_text()))
+    finally:
+        if pid.exists() and _alive(int(pid.read_text())):  # ours, should the test fail
+            os.kill(int(pid.read_text()), signal.SIGKILL)
 
 
 @pytest.mark.parametrize("value", ["nan", "0", "-5"])

@@ -219,17 +219,104 @@ class Kernels:
     def _end(manager, sig: int = signal.SIGTERM) -> None:
         """Send `sig` to the kernel and every process it started (a training, a `subprocess.Popen` in a cell: left
         running with parent 1 when only the kernel was ended): the kernel's process group, which jupyter_client
-        starts it at the head of (a session of its own). A kernel that leads no group of its own gets the signal
-        alone: never a group that is not the kernel's (regress's own, its shell's)."""
+        starts it at the head of (a session of its own), and each of its descendants (`_KernelTree`), also those in
+        a session or group of their own (a sweep's children, torchrun's workers). Never a group that is not the
+        kernel's (regress's own, its shell's), nor a process that is not the kernel's descendant."""
+        tree = _KernelTree.of(manager)
+        if tree is not None:
+            tree.signal(sig)
+
+
+#: Seconds between the SIGTERM that stops a notebook's processes and the SIGKILL to those still running: the
+#: package's own commands stop cleanly in that time (a sweep forwards the stop to its runs, which save their state,
+#: and writes sweep.json: about 2.5 s; a SIGKILL in the middle left sweep.json saying "running").
+STOP_GRACE_S = 10.0
+
+
+def _process(pid: int) -> tuple[int, str] | None:
+    """(parent pid, start time) of a running process from /proc (None: gone, a zombie, or no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if len(fields) < 20 or fields[0] in (b"Z", b"X"):
+        return None
+    return int(fields[1]), fields[19].decode()
+
+
+class _KernelTree:
+    """A kernel's process and its descendants, found by parent pid in /proc (Linux; elsewhere the kernel's group
+    only). Each one found is kept with its start time: one whose parent ended (reparented to init) is still
+    signalled, and a pid reused by a process that is no descendant never is. A process that left the tree before
+    it was looked at (a double fork: reparented to init at once) cannot be found."""
+
+    def __init__(self, pid: int, pgid: object) -> None:
+        self.pid, self.pgid = pid, pgid
+        self.known: dict[int, str] = {}  # pid -> start time, the kernel's descendants seen so far
+        self.first_signal: float | None = None  # time.monotonic() of the first signal sent
+
+    @classmethod
+    def of(cls, manager) -> "_KernelTree | None":
         provisioner = getattr(manager, "provisioner", None)
         pid, pgid = getattr(provisioner, "pid", None), getattr(provisioner, "pgid", None)
+        tree = getattr(manager, "_trm_tree", None)
         if not (isinstance(pid, int) and pid > 0):
+            return tree if isinstance(tree, cls) else None
+        if not (isinstance(tree, cls) and tree.pid == pid):
+            tree = cls(pid, pgid)
+            with contextlib.suppress(AttributeError):
+                manager._trm_tree = tree
+        return tree
+
+    def _same(self, pid: int) -> bool:
+        seen = _process(pid)
+        return seen is not None and seen[1] == self.known[pid]
+
+    def alive(self) -> list[int]:
+        """The kernel's descendants seen so far that still run (the same processes, not a reused pid)."""
+        return [pid for pid in self.known if self._same(pid)]
+
+    def look(self) -> None:
+        """Add the descendants of the kernel and of those seen before (a process a reparented one started since)."""
+        if not os.path.isdir("/proc/self"):
             return
+        roots = {self.pid, *self.alive()}
+        children: dict[int, list[tuple[int, str]]] = {}
+        with contextlib.suppress(OSError):
+            for entry in os.scandir("/proc"):
+                if entry.name.isdigit() and (seen := _process(int(entry.name))) is not None:
+                    children.setdefault(seen[0], []).append((int(entry.name), seen[1]))
+        todo = list(roots)
+        while todo:
+            for child, start in children.pop(todo.pop(), []):
+                if child != os.getpid():
+                    self.known.setdefault(child, start)
+                    todo.append(child)
+
+    def signal(self, sig: int) -> None:
+        """Send `sig` to the kernel, its group and every descendant found (this one's look and every earlier one)."""
+        if self.first_signal is None:
+            self.first_signal = time.monotonic()
+        self.look()
         with contextlib.suppress(OSError):  # gone already (its group too)
-            if pgid == pid and hasattr(os, "killpg") and pgid != os.getpgrp():
-                os.killpg(pgid, sig)
+            if self.pgid == self.pid and hasattr(os, "killpg") and self.pgid != os.getpgrp():
+                os.killpg(self.pgid, sig)
             else:
+                os.kill(self.pid, sig)
+        for pid in self.alive():
+            with contextlib.suppress(OSError):
                 os.kill(pid, sig)
+
+    def finish(self) -> None:
+        """Once the kernel has ended: wait until the processes signalled end, at most STOP_GRACE_S from the first
+        signal, then SIGKILL those still running (a process that ignores SIGTERM)."""
+        start = self.first_signal if self.first_signal is not None else time.monotonic()
+        self.look()
+        while self.alive() and time.monotonic() < start + STOP_GRACE_S:
+            time.sleep(0.1)
+            self.look()
+        self.signal(getattr(signal, "SIGKILL", signal.SIGTERM))
 
 
 def _kernel_manager_class(kernels: Kernels | None = None, mine: list | None = None):
@@ -328,15 +415,18 @@ def declared_parameters(source: Path) -> set[str]:
 
 def _time_limit(managers: list, seconds: float | None, done, expired: list) -> None:
     """Wait for `done` (an Event) at most `seconds`, then end the notebook's kernels (`managers`: SIGTERM, then
-    SIGKILL every second for one that stays) until it is set; `expired` gets True when the limit was reached."""
+    after STOP_GRACE_S SIGKILL every second for one that stays) until it is set; `expired` gets True when the limit
+    was reached."""
     if seconds is None or done.wait(seconds):
         return
     expired.append(True)
-    sig = signal.SIGTERM
+    for manager in list(managers):
+        Kernels._end(manager, signal.SIGTERM)
+    if done.wait(STOP_GRACE_S):
+        return
     while not done.is_set():
         for manager in list(managers):
-            Kernels._end(manager, sig)
-        sig = getattr(signal, "SIGKILL", signal.SIGTERM)
+            Kernels._end(manager, getattr(signal, "SIGKILL", signal.SIGTERM))
         done.wait(1.0)
 
 
@@ -421,10 +511,11 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
         done.set()
     limit.join()
     stopped = kernels.finished(managers) if kernels is not None else False
-    if expired or stopped:  # what survived the SIGTERM (a process that ignores it) is killed: the kernel's group
-        # stands while any of it lives
+    if expired or stopped:  # what survived the SIGTERM (a process that ignores it) is killed once STOP_GRACE_S has
+        # passed: the kernel's group and its descendants stand while any of them lives
         for manager in managers:
-            Kernels._end(manager, getattr(signal, "SIGKILL", signal.SIGTERM))
+            if (tree := _KernelTree.of(manager)) is not None:
+                tree.finish()
     seconds = ended - started
     if expired or (timeout is not None and seconds > timeout):  # past its limit, it fails, also when it ended
         # before the kill landed; how the kernel's end was said (it died, a cell failed) is ours
