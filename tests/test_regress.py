@@ -442,6 +442,26 @@ def test_a_regression_exits_1_naming_notebook_and_metric(suite, tmp_path, capsys
         (tmp_path / "out" / "report.md").read_text()
 
 
+def test_the_update_hint_pastes_for_any_name_and_names_the_notebooks_folder(tmp_path, capsys, monkeypatch):
+    """The printed `trm-kaggle regress -x --update-baselines` was refused when pasted (`-x` read as an option), and
+    named no --notebooks: pasted, it updated the default folder, not the one that was checked. Pasted now (the shell
+    splitting it), it updates that notebook in that folder."""
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    folder = Path("-n b")
+    write_notebook(folder, "-x", "record('m', 1.0)\n")
+    write_baselines(folder, {"-x": {"m": {"value": None, "tolerance": 0.1, "direction": "higher"}}})
+    rc = main(["regress", "--notebooks", "./-n b", "--out", "out"])
+    stderr = capsys.readouterr().err
+    assert rc == 2 and "-x.m has no baseline value yet: run `" in stderr, stderr
+    words = shlex.split(stderr.split("run `", 1)[1].split("`", 1)[0])
+    assert words[:2] == ["trm-kaggle", "regress"], words
+    rc = main(["regress", "--out", "out", *words[2:]])
+    assert rc == 0, capsys.readouterr()
+    assert json.loads((folder / "baselines.json").read_text())["baselines"]["-x"]["m"]["value"] == 1.0
+
+
 def test_an_improvement_is_reported_and_passes(suite, tmp_path, capsys):
     write_baselines(suite, {"acc": {"accuracy": b(0.7)}, "count": {"changed": b(0, 0, "lower")}})
     rc, stdout, _ = regress(capsys, suite, tmp_path / "out")

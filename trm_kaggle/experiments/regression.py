@@ -408,7 +408,7 @@ def declared_parameters(source: Path) -> set[str]:
     from papermill.translators import PythonTranslator
     from papermill.utils import find_first_tagged_cell_index
 
-    nb = load_notebook_node(str(source))
+    nb = load_notebook_node(os.path.abspath(source))  # papermill reads a path starting with - from stdin
     at = find_first_tagged_cell_index(nb, "parameters")
     return set() if at < 0 else {p.name for p in PythonTranslator.inspect(nb.cells[at])}
 
@@ -479,7 +479,7 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
         written = work / f"{name}.ipynb"
         whole = True
         try:
-            papermill.execute_notebook(str(source), str(written), parameters={k: v for k, v in given.items()
+            papermill.execute_notebook(os.path.abspath(source), str(written), parameters={k: v for k, v in given.items()
                                                                               if k in declared},
                                        kernel_name=KERNEL, language="python", progress_bar=False,
                                        resources={"metadata": {"path": str(notebook_dir.resolve())}},
@@ -735,6 +735,15 @@ def plot_compared(out: Path, rows: list[Row], baselines: BaselinesFile, warn: Ca
 # ---------------------------------------------------------------------------
 
 
+def update_command(name: str, notebook_dir: Path) -> str:
+    """The command that sets notebook `name`'s baselines, as a person pastes it: `--notebooks DIR` when the folder is
+    not the default one (without it, the pasted command updated another folder's), and the name after `--` when it
+    starts with `-` (`regress -x --update-baselines` was refused as an unknown option)."""
+    where = [] if notebook_dir.resolve() == default_notebook_dir().resolve() else ["--notebooks", Path(notebook_dir)]
+    return command_line("trm-kaggle", "regress", *where, "--update-baselines",
+                        *(["--", name] if name.startswith("-") else [name]))
+
+
 def _check_request(names: Sequence[str], notebook_dir: Path, baselines: BaselinesFile, baselines_path: Path,
                    update: bool) -> list[str]:
     """The notebooks to run, after every check that needs no execution (TRMError for the first problem)."""
@@ -759,7 +768,7 @@ def _check_request(names: Sequence[str], notebook_dir: Path, baselines: Baseline
         missing = [m for m, b in expected.items() if b.value is None]
         if missing and not update:
             raise TRMError(f"{baselines_path}: {name}.{missing[0]} has no baseline value yet: run "
-                           f"`{command_line('trm-kaggle', 'regress', name, '--update-baselines')}`")
+                           f"`{update_command(name, notebook_dir)}`")
     return chosen
 
 
