@@ -786,6 +786,40 @@ def test_a_stop_ends_the_running_notebooks_and_a_second_one_waits_for_its_line(t
     assert (out / "executed" / "slow.ipynb").read_bytes() == finished
 
 
+def test_a_stopped_run_keeps_the_executed_notebooks_of_the_run_before(tmp_path):
+    """Ctrl-C to `regress --jobs 2` once `fast` had ended, while `slow` ran: executed/fast.ipynb was this stopped
+    run's, which report.md and history.jsonl (of the run before) do not describe. Now it is the run before's."""
+    import signal
+    import time
+
+    folder, out, started = tmp_path / "nbs", tmp_path / "out", tmp_path / "started"
+    for name in ("fast", "slow"):
+        write_notebook(folder, name, "record('m', 1.0)\n")
+    write_baselines(folder, {"fast": {"m": b(1.0)}, "slow": {"m": b(1.0)}})
+    assert main(["regress", "--notebooks", str(folder), "--out", str(out), "--no-progress"]) == 0
+    before = {n: (out / "executed" / f"{n}.ipynb").read_bytes() for n in ("fast", "slow")}
+    write_notebook(folder, "fast", "print('this run')\nrecord('m', 1.0)\n")
+    write_notebook(folder, "slow", f"import time\nopen({str(started)!r}, 'w').close()\ntime.sleep(120)\n"
+                                   "record('m', 1.0)\n")
+    p = subprocess.Popen([sys.executable, "-m", "trm_kaggle", "regress", "--notebooks", str(folder), "--out", str(out),
+                          "--no-progress", "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and p.poll() is None and not (
+                started.exists() and (out / "executed" / "fast.ipynb").read_bytes() != before["fast"]):
+            time.sleep(0.1)
+        assert started.exists() and b"this run" in (out / "executed" / "fast.ipynb").read_bytes(), p.communicate()
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, err
+    assert {n: (out / "executed" / f"{n}.ipynb").read_bytes() for n in ("fast", "slow")} == before
+    assert sorted(os.listdir(out / "executed")) == ["fast.ipynb", "slow.ipynb"]
+
+
 def test_names_read_from_the_baselines_reach_the_console_and_the_report_escaped(tmp_path, capsys):
     """A metric named "m\\x1b[31mRED\\nFAKE: line" in baselines.json reached the terminal raw (colours, a faked line)
     and split report.md's rows; a notebook's file name alike."""

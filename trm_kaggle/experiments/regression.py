@@ -432,10 +432,12 @@ def _time_limit(managers: list, seconds: float | None, done, expired: list) -> N
 
 def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool = False,
                  kernels: Kernels | None = None, made: list[Path] | None = None,
-                 timeout: float | None = TIMEOUT_S) -> NotebookRun:
+                 timeout: float | None = TIMEOUT_S, replaced: list | None = None) -> NotebookRun:
     """Execute one notebook with papermill and read its records (a failure becomes `error`, never raises). Its
     kernel is noted in `kernels`, its work folder in `made` (for a stop to end and remove); one still running after
-    `timeout` seconds (None: no limit) is ended, and that is its error."""
+    `timeout` seconds (None: no limit) is ended, and that is its error. With `replaced`, the executed notebook it
+    replaces is kept aside, noted there as (executed, aside or None) for `_put_back` (a stop after this notebook
+    ended)."""
     import threading
 
     import papermill
@@ -492,6 +494,12 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
             # a failed run's notebook too: it shows the failing cell; never a stopped one's, which would replace an
             # earlier run's notebook with a half-run one that the report and the history do not describe
             if whole and written.exists() and not (kernels is not None and kernels.stopped):
+                aside = None
+                if replaced is not None and os.path.lexists(executed):
+                    aside = Path(tempfile.mkdtemp(prefix=f".{name}-previous-", dir=executed.parent)) / executed.name
+                    os.replace(executed, aside)
+                if replaced is not None:
+                    replaced.append((executed, aside))
                 os.replace(written, executed)
         run.metrics = read_recorded(json.loads(executed.read_text(encoding="utf-8")), f"{name} ({executed})")
     except TRMError as e:
@@ -825,15 +833,16 @@ def _run_all(chosen: list[str], notebook_dir: Path, out: Path, update: bool, wor
              timeout: float | None = TIMEOUT_S) -> list[NotebookRun]:
     """Run the notebooks, `workers` at a time. A stop (Ctrl-C, SIGTERM) ends their kernels, waits for their threads
     (a second signal meanwhile is dropped: the first one's line comes) and removes the work folders they made."""
-    kernels, made = Kernels(), []
+    kernels, made, replaced = Kernels(), [], []
     stops = FirstStopOnly()
     pool = ThreadPoolExecutor(max_workers=workers)
     work_made = not os.path.lexists(out / "work")
     said = _KernelDeathSaid()
     logging.getLogger("papermill").addFilter(said)
     try:
-        runs = list(pool.map(lambda n: run_notebook(n, notebook_dir, out, update, kernels, made, timeout),
+        runs = list(pool.map(lambda n: run_notebook(n, notebook_dir, out, update, kernels, made, timeout, replaced),
                              chosen))
+        _put_back(replaced, stopped=False)
         _remove_if_empty(out / "work", work_made)
         return runs
     except BaseException:
@@ -847,12 +856,27 @@ def _run_all(chosen: list[str], notebook_dir: Path, out: Path, update: bool, wor
             logging.disable(level)
         for work in made:  # ours, and of a run that did not end: nothing of it is kept
             shutil.rmtree(work, ignore_errors=True)
+        _put_back(replaced, stopped=True)
         _remove_if_empty(out / "work", work_made)
         raise
     finally:
         pool.shutdown(wait=True)
         logging.getLogger("papermill").removeFilter(said)
         stops.give_back()
+
+
+def _put_back(replaced: list, stopped: bool) -> None:
+    """The executed notebooks the notebooks of one run replaced (`run_notebook`'s `replaced`): dropped once every
+    notebook has ended; put back when the run was stopped (a notebook that ended before the stop replaced the
+    previous run's, which report.md and history.jsonl still describe), and the new one removed where there was none."""
+    for executed, aside in replaced:
+        with contextlib.suppress(OSError):
+            if stopped and aside is not None:
+                os.replace(aside, executed)
+            elif stopped:
+                executed.unlink()
+        if aside is not None:
+            shutil.rmtree(aside.parent, ignore_errors=True)
 
 
 def _save_update(moves: list[tuple[Path, Path]], baselines_path: Path, baselines: BaselinesFile,
