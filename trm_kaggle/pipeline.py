@@ -180,8 +180,8 @@ class PipelineResult:
         elif self.continued:
             again = (f" (continued the earlier run: {count(f['new_steps'], 'new training step')}, from step "
                      f"{f['start_step']} to {f['step']})")
-        return (f"pipeline finished in {self.seconds:.1f} s{again}; outputs under {self.cfg.work_dir}; "
-                f"summary: {self.summary}")
+        return one_line(f"pipeline finished in {self.seconds:.1f} s{again}; outputs under {self.cfg.work_dir}; "
+                        f"summary: {self.summary}")  # a folder's name may hold a newline
 
 
 def submission_failure(r: dict[str, Any]) -> tuple[str, int] | None:
@@ -295,10 +295,15 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say, *, fla
         for i, (key, name, stage) in enumerate(stages, 1):
             t = time.perf_counter()
             echo(f"[{i}/{len(stages)}] {name} ...")
+            at = (i, len(stages), key)
             try:
+                write_progress(result, at)  # from here on the files are a mix: summary.md says which is which
                 echo(stage())
-            except KeyboardInterrupt as e:  # the stop's one line says what the stage leaves that looks final
-                _say_unfinished_submission(e, key, facts)
+            except KeyboardInterrupt as e:  # the stop's one line names the stage and what its files hold now
+                _say_stop(e, result, at)
+                raise
+            except Exception as e:
+                _progress_kept(result, at, f"an error: {one_line(str(e)) or type(e).__name__}")
                 raise
             seconds = time.perf_counter() - t
             result.stages.append((key, facts.pop("did"), seconds))
@@ -389,15 +394,99 @@ def _write_task_files(prefix: Path, loaded: dict[str, LoadReport], what: str = "
     atomic_write_text(src / SRC_RECORD, json.dumps(ours, indent=1, sort_keys=True) + "\n")
 
 
-def _say_unfinished_submission(e: KeyboardInterrupt, key: str, facts: dict[str, Any]) -> None:
-    """A stop during the submission stage, before its solve returned: the submission.json it leaves holds the
-    fallback answers the solve writes first (and those the model had finished), which read as the model's
-    submission. The stop's line (`interrupts.interrupted`) says so; a rerun finishes the stage."""
-    submission = facts.get("submission")
-    if key != "submission" or facts.get("submitted") or submission is None or not os.path.lexists(submission):
-        return
-    e.args = (f"{str(e) or 'stopped'}; {submission} is not the stage's result: it holds the fallback answers written "
-              "before the model ran (and any the model had finished); run the pipeline again to finish it",)
+#: Each stage's result at the work folder's top, as (stage, what, its key in `PipelineResult.facts`): what a
+#: person, or a later stage, reads as the run's result. A rerun replaces them one stage at a time.
+STAGE_RESULTS = (("dataset", "dataset", "data_dir"), ("training", "inference weights (export)", "weights"),
+                 ("evaluation", "evaluation report", "report"), ("submission", "submission", "submission"),
+                 ("bundle", "Kaggle bundle", "bundle"))
+
+
+def outputs_now(result: PipelineResult, key: str) -> list[tuple[str, Path, str]]:
+    """(what, where, which run it comes from) of each stage's result while stage `key` runs or after it stopped:
+    this run's for a finished stage; the fallback answers for a submission its solve has not yet replaced; else
+    an earlier run's (made from the earlier weights, once this run's training replaced weights/), or none."""
+    f = result.facts
+    done = {k for k, _, _ in result.stages} | ({"submission"} if f.get("submitted") else set())
+    rows = []
+    for stage, what, name in STAGE_RESULTS:
+        path = f[name].parent if name == "report" else f[name]  # the report's folder, pictures included
+        if stage in done:
+            where_from = "this run" + (f" (step {f['step']})" if stage == "training" else "")
+        elif not os.path.lexists(path):
+            where_from = "none yet"
+        elif stage == "submission" and stage == key:
+            where_from = ("not the stage's result: it holds the fallback answers written before the model ran (and "
+                          "any the model had finished)")
+        else:
+            where_from = "an earlier run" + (", made from the earlier weights, not the current weights/"
+                                             if "training" in done and stage != "dataset" else "")
+        rows.append((what, path, where_from))
+    return rows
+
+
+def progress_markdown(result: PipelineResult, at: tuple[int, int, str], why: str | None = None) -> str:
+    """summary.md while stage `at` (number, of how many, name) runs, or after it stopped (`why`): which stage,
+    and which run each file at the top comes from (a rerun replaces them one stage at a time)."""
+    cfg, (i, n, key) = result.cfg, at
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    command = pipeline_command(cfg)
+    if why is None:
+        head = (f"IN PROGRESS since {when}: stage {i} of {n}, {key}, is running: `{command}`. When the run finishes, "
+                "this summary says what it did; if no pipeline runs in this folder any more, it stopped in that "
+                "stage: run the same command again to finish it.")
+    else:
+        head = (f"STOPPED at stage {i} of {n}, {key} ({one_line(why)}), {when}: `{command}`. "
+                + ("Once its cause is fixed, the same command finishes the run." if why.startswith("an error")
+                   else "Run the same command again to finish it."))
+    lines = [f"# Pipeline run in `{cfg.work_dir}`", "", head, "",
+             "No figures yet: the files below are a mix of runs, each named with the run it comes from.", "",
+             "## What ran", "", "| stage | what it did | seconds |", "|---|---|---|"]
+    lines += [f"| {k} | {did} | {seconds:.1f} |" for k, did, seconds in result.stages]
+    lines += [f"| {key} | {'running' if why is None else one_line(why)} | |", "",
+              "## Files now", "", "| what | where | from |", "|---|---|---|"]
+    lines += [f"| {what} | `{path}` | {where_from} |" for what, path, where_from in outputs_now(result, key)]
+    return "\n".join(lines + [""])
+
+
+def write_progress(result: PipelineResult, at: tuple[int, int, str], why: str | None = None) -> Path | None:
+    """summary.md rewritten (whole, atomically) as `progress_markdown`, where a pipeline has trained (train/run.json):
+    the summary of an earlier run would name files this one has replaced. None where none was written: a folder
+    holding a summary.md but no run reads as the user's (`_foreign_files_problem`), and the next run would stop."""
+    work = Path(result.cfg.work_dir)
+    if not (work / PIPELINE_RUN_DIR / RUN_RECORD).is_file():
+        return None
+    atomic_write_text(work / SUMMARY, progress_markdown(result, at, why))
+    return work / SUMMARY
+
+
+def _progress_kept(result: PipelineResult, at: tuple[int, int, str], why: str) -> Path | None:
+    """`write_progress` after a stage stopped: a failure to write it (a full disk) never hides the stop's cause."""
+    try:
+        return write_progress(result, at, why)
+    except (OSError, TRMError):
+        return None
+
+
+def _say_stop(e: KeyboardInterrupt, result: PipelineResult, at: tuple[int, int, str]) -> None:
+    """The stop's one line (`interrupts.interrupted`): the stage and the signal (with the training's own account of
+    its saved state), what the files at the top hold now, and that the same command finishes the run; summary.md
+    says the same."""
+    from trm_kaggle.train.stops import StoppedAtOnce, TrainingInterrupted
+
+    i, n, key = at
+    why = str(e) or "stopped by SIGINT"  # Python's own KeyboardInterrupt (Ctrl-C) says nothing
+    summary = _progress_kept(result, at, why)
+    rows = outputs_now(result, key)
+    trained = "training" in {k for k, _, _ in result.stages}
+    ours = [f"{result.facts['weights']} is this run's export (step {result.facts['step']})"] if trained else []
+    earlier = [os.fspath(path) for _, path, where_from in rows if where_from.startswith("an earlier run")]
+    said = ours + [f"{path} is {where_from}" for _, path, where_from in rows if where_from.startswith("not the stage")]
+    if earlier:
+        said.append(f"{', '.join(earlier)} {'is' if len(earlier) == 1 else 'are'} left from an earlier run"
+                    + (", made from the earlier weights" if trained else ""))
+    again = "" if isinstance(e, (TrainingInterrupted, StoppedAtOnce)) else "; run the same command again to finish it"
+    e.args = (f"pipeline stage [{i}/{n}] {key} {why}" + "".join(f"; {s}" for s in said) + again
+              + (f" (summary: {summary})" if summary else ""),)
 
 
 def _train_and_export(cfg: PipelineConfig, work: Path, result: PipelineResult) -> str:
