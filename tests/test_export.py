@@ -552,3 +552,23 @@ def test_a_run_whose_only_state_is_damaged_is_refused_in_export_s_words(tmp_path
         ckpt.export_run(tmp_path / "run", tmp_path / "e")
     assert str(e.value).endswith("(left in place: no good state to export)") and "resume" not in str(e.value)
     assert not (tmp_path / "e").exists()
+
+
+def test_a_tensor_the_model_lacks_is_refused_from_the_header_before_any_tensor_is_read(tmp_path):
+    """Every tensor was read before its name was checked: a file declaring a tensor of gigabytes beside the model's
+    cost that memory, then ended in a checksum line (or an out-of-memory line blaming the limit)."""
+    export_inference(tmp_path / "exp", model_with_table(), arch=ARCH, seq_len=8, vocab_size=5)
+    w_path = tmp_path / "exp" / "weights.safetensors"
+    raw = w_path.read_bytes()
+    size = int.from_bytes(raw[:8], "little")
+    header, data = json.loads(raw[8:8 + size]), raw[8 + size:]
+    junk = 1 << 26  # 256 MiB of float32, never on disk: a sparse file
+    header["junk"] = {"dtype": "F32", "shape": [junk], "data_offsets": [len(data), len(data) + 4 * junk]}
+    text = json.dumps(header).encode()
+    with open(w_path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + data)
+        f.truncate(8 + len(text) + len(data) + 4 * junk)
+    with pytest.raises(TRMError) as e:
+        read_export(tmp_path / "exp")
+    assert str(e.value) == (f"{w_path}: weights do not match the model config: keys this model does not have junk")
+

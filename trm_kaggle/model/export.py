@@ -339,32 +339,72 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
     if missing:
         raise TRMError(f"{cfg_path}: invalid export config: {'; '.join(f'arch.{k}: Field required' for k in missing)}"
                        " (an export records its model's every arch field; the package's default is no stand-in)")
-    try:
+    try:  # every check reads the header alone: a tensor is read only once its name, shape and dtype are the
+        # model's (a file declaring a tensor of gigabytes beside them cost that memory, then a wrong line)
         with safe_open(str(w_path), framework="pt") as f:
-            saved = (f.metadata() or {}).get("config")
-            digest = (f.metadata() or {}).get("sha256")
-            tag = (f.metadata() or {}).get("format")
+            metadata = f.metadata() or {}
+            _check_header(config, cfg_path, w_path, metadata, {k: _header_tensor(f, k, w_path) for k in f.keys()})
             tensors = {k: f.get_tensor(k) for k in f.keys()}
     except FileNotFoundError:
         raise TRMError(f"{w_path}: missing") from None
     except (SafetensorError, OSError, ValueError) as e:  # a failing disk is no damage: `read_failure` tells
         raise read_failure(e, w_path, "weights") or DamagedFile(f"{w_path}: unreadable or truncated safetensors "
                                                                f"file: {e}") from None
+    digest = metadata.get("sha256")
+    if digest is not None and content_digest(tensors) != digest:  # older exports carry none: nothing to verify
+        raise DamagedFile(f"{w_path}: damaged: its tensors do not match the checksum written with them (bytes changed "
+                          f"on disk or in a copy); export the weights again")
+    check_finite(tensors, str(w_path))
+    return config, tensors
+
+
+#: safetensors' names of the dtypes an export's tensors could be read as (anything else no export of ours wrote)
+_HEADER_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+                  "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+                  "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2}
+
+
+def _header_tensor(f: Any, name: str, w_path: Path) -> torch.Tensor:
+    """The tensor `name` of an open safetensors file as its header declares it: a meta-device tensor of its shape
+    and dtype, no byte of it read."""
+    piece = f.get_slice(name)
+    dtype = _HEADER_DTYPES.get(piece.get_dtype())
+    if dtype is None:
+        raise DamagedFile(f"{w_path}: tensor {clipped(name, 80)} is {clipped(piece.get_dtype(), 20)}; an export holds "
+                          "float32 (export the weights again)")
+    return torch.empty(piece.get_shape(), dtype=dtype, device="meta")
+
+
+def _check_header(config: dict, cfg_path: Path, w_path: Path, metadata: dict, declared: dict[str, torch.Tensor]
+                  ) -> None:
+    """Refuse weights whose header (its metadata, and each tensor's name, shape and dtype in `declared`, as
+    `_header_tensor` gives them) do not fit `config`, the export's config.json: one line naming the file and the
+    tensor, before any tensor is read."""
+    tag = metadata.get("format")
     if tag not in (None, EXPORT_FORMAT, "pt"):  # another program's weights beside our config.json ("pt" is
         # safetensors' own tag for torch tensors: what `safetensors.torch.save_file` users write back)
         raise TRMError(f"{w_path}: its metadata says format {clipped(tag)}, not {EXPORT_FORMAT!r}: not the "
                        "weights of a trm-kaggle export")
-    if digest is not None and content_digest(tensors) != digest:  # older exports carry none: nothing to verify
-        raise DamagedFile(f"{w_path}: damaged: its tensors do not match the checksum written with them (bytes changed "
-                          f"on disk or in a copy); export the weights again")
+    saved = metadata.get("config")
+    if saved is not None:  # exports of older versions carry no config: nothing to compare
+        saved = _recorded_config(saved, w_path)
+        ours = _shape_config(config)
+        # a field the weights' version did not have yet is that field's default (what that version computed)
+        recorded = {**{k: f.default for k, f in ArchConfig.model_fields.items()}, **saved.get("arch", {})}
+        changed = [f"{k}: {recorded.get(k)!r} in the weights, {v!r} in config.json"
+                   for k, v in ours["arch"].items() if recorded.get(k) != v]
+        changed += [f"{k}: {saved.get(k)!r} in the weights, {ours[k]!r} in config.json"
+                    for k in ("seq_len", "vocab_size") if saved.get(k) != ours[k]]
+        if changed:
+            raise TRMError(f"{cfg_path}: differs from the config the weights were saved with ({'; '.join(changed[:3])}"
+                           f"{' ...' if len(changed) > 3 else ''}): the model would compute something else")
     # every export is written in float32: float64 (1e300 would load as inf) or a half type (cast without a word)
     # was written by no export of ours
-    other = [(k, t.dtype) for k, t in tensors.items() if t.is_floating_point() and t.dtype != torch.float32]
+    other = [(k, t.dtype) for k, t in declared.items() if t.is_floating_point() and t.dtype != torch.float32]
     if other:
         raise DamagedFile(f"{w_path}: tensor {other[0][0]} is {other[0][1]}; an export holds float32 (export the "
                           f"weights again)")
-    check_finite(tensors, str(w_path))
-    table = tensors.get(PUZZLE_EMB_KEY)
+    table = declared.get(PUZZLE_EMB_KEY)
     # rows x width in floating point, as every reader takes it: an integer or 3-D table was refused by the resize
     # under its argument's name alone ("table: ..."), a flattened one counted its values as rows against config.json
     if table is not None and (table.ndim != 2 or not table.is_floating_point()):
@@ -382,19 +422,15 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
         raise TRMError(f"{cfg_path}: num_puzzle_identifiers {n} with puzzle_embedding {kind!r} calls for "
                        f"{count(expected or 0, 'puzzle-table row')}, and {w_path.name} holds {rows or 'none'}: "
                        "config.json differs from the weights (export them again)")
-    if saved is not None:  # exports of older versions carry no config: nothing to compare
-        saved = _recorded_config(saved, w_path)
-        ours = _shape_config(config)
-        # a field the weights' version did not have yet is that field's default (what that version computed)
-        recorded = {**{k: f.default for k, f in ArchConfig.model_fields.items()}, **saved.get("arch", {})}
-        changed = [f"{k}: {recorded.get(k)!r} in the weights, {v!r} in config.json"
-                   for k, v in ours["arch"].items() if recorded.get(k) != v]
-        changed += [f"{k}: {saved.get(k)!r} in the weights, {ours[k]!r} in config.json"
-                    for k in ("seq_len", "vocab_size") if saved.get(k) != ours[k]]
-        if changed:
-            raise TRMError(f"{cfg_path}: differs from the config the weights were saved with ({'; '.join(changed[:3])}"
-                           f"{' ...' if len(changed) > 3 else ''}): the model would compute something else")
-    return config, tensors
+    # every other tensor the one the model config.json describes has, in its shape
+    try:
+        with torch.device("meta"):  # shapes only: no memory, whatever the sizes
+            model = TinyRecursiveModel(ArchConfig(**config["arch"]), config["seq_len"], config["vocab_size"],
+                                       expected or 1)
+    except (ValueError, AssertionError) as e:  # an architecture the model cannot be built with
+        raise TRMError(f"{cfg_path}: the model it describes cannot be built: {e}") from None
+    if problem := weights_problem(model.state_dict(), declared):
+        raise TRMError(f"{w_path}: weights do not match the model config: {problem}")
 
 
 def _folder_argument(name: str, value: Any) -> str | os.PathLike:
