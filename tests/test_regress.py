@@ -506,21 +506,32 @@ def test_a_metric_that_cannot_be_compared_exits_2_naming_it(suite, tmp_path, cap
 
 @pytest.mark.parametrize("saved, count, message", [
     # the kernel's record of the cell was saved: its own execution count
-    ({"execution": {"iopub.execute_input": "t"}, "papermill": {"status": "running"}}, 7, " in cell [7]"),
-    # only papermill's save as the cell started (the kernel died before its record was saved): counted, the blank
-    # code cell and the markdown one not among them, as nbclient never sends them
-    ({"papermill": {"status": "running"}}, None, " in cell [3]"),
-    ({"papermill": {"status": "completed"}}, None, ""),  # no cell was running: none named
+    ({"execution": {"iopub.execute_input": "t"}, "papermill": {"start_time": "t", "status": "completed"}}, 7,
+     " in cell [7]"),
+    # only papermill's record of the cell's start (the kernel died before its own record was saved; papermill marks
+    # the cell "completed" as it stops): counted, the blank code cell and the markdown one not among them, as
+    # nbclient never sends them
+    ({"papermill": {"start_time": "t", "status": "completed"}}, None, " in cell [3]"),
+    # never started (a notebook saved before papermill reached it): the last cell papermill started is named
+    ({"papermill": {"start_time": None, "status": "completed"}}, None, " in cell [2]"),
 ])
 def test_the_cell_a_kernel_died_in_is_named_whichever_record_was_saved(tmp_path, saved, count, message):
-    cells = [nbformat.v4.new_code_cell("x = 1", execution_count=1), nbformat.v4.new_markdown_cell("# m"),
-             nbformat.v4.new_code_cell("  \n"), nbformat.v4.new_code_cell("y = 2", execution_count=2),
-             nbformat.v4.new_code_cell("import os\nos._exit(3)")]
-    cells[-1].metadata.update(saved)
-    cells[-1].execution_count = count
+    started = {"papermill": {"start_time": "t", "status": "completed"}}
+    cells = [nbformat.v4.new_code_cell("x = 1", execution_count=1, metadata=started),
+             nbformat.v4.new_markdown_cell("# m"), nbformat.v4.new_code_cell("  \n"),
+             nbformat.v4.new_code_cell("y = 2", execution_count=2, metadata=started),
+             nbformat.v4.new_code_cell("import os\nos._exit(3)"), nbformat.v4.new_markdown_cell("# after")]
+    cells[-2].metadata.update(saved)
+    cells[-2].execution_count = count
     path = tmp_path / "nb.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=cells), str(path))
     assert G._dying_cell(path) == message
+
+
+def test_no_cell_is_named_where_papermill_started_none(tmp_path):
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), str(path))
+    assert G._dying_cell(path) == ""
 
 
 @pytest.mark.parametrize("args, baselines, message", [

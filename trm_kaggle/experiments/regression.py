@@ -360,19 +360,20 @@ def _first_line(text: object) -> str:
 
 
 def _dying_cell(executed: Path) -> str:
-    """" in cell [N]" for the cell the kernel died in, else "" (no notebook kept, or no such cell). papermill saves
-    the notebook as each cell starts, marking it "running"; whether the kernel's own record of that cell (its input
-    received, its execution count) was saved too depends on how long the kernel lived, so the count is taken from
-    the record when there is one, else counted: nbclient runs every non-blank code cell once, in order, in a fresh
-    kernel."""
+    """" in cell [N]" for the cell the kernel died in, else "" (no notebook kept, or no cell started). papermill
+    records each cell's start time as it starts it and stops at the first cell whose kernel died, so that cell is the
+    last one started (it marks every cell "completed" at the end, the dying one too: its status says nothing).
+    Whether the kernel's own record of the cell (its input received, its execution count) was saved too depends on
+    how long the kernel lived, so the count is taken from that record when there is one, else counted: nbclient runs
+    every non-blank code cell once, in order, in a fresh kernel."""
     try:
         cells = json.loads(executed.read_text(encoding="utf-8"))["cells"]
         code = [c for c in cells if c.get("cell_type") == "code" and "".join(c.get("source") or "").strip()]
         for i in range(len(code) - 1, -1, -1):
             meta = code[i].get("metadata", {})
             timing = meta.get("execution", {})
-            started = "iopub.execute_input" in timing and "shell.execute_reply" not in timing
-            if started or meta.get("papermill", {}).get("status") == "running":
+            unanswered = "iopub.execute_input" in timing and "shell.execute_reply" not in timing
+            if unanswered or (meta.get("papermill") or {}).get("start_time"):
                 n = code[i].get("execution_count")
                 return f" in cell [{n if type(n) is int else i + 1}]"
     except (OSError, ValueError, TypeError, KeyError, AttributeError):  # a notebook cut short: no cell named
