@@ -519,9 +519,10 @@ def test_the_exported_line_escapes_the_folder_typed_and_the_source_config_json_n
     from trm_kaggle.cli.train import _exported_line
 
     out = tmp_path / "e\x1b[31mX\x07"
+    written = {}
     export_inference(out, model_with_table(), arch=ARCH, seq_len=8, vocab_size=5,
-                     info={"source": "run\x1b[2J/state", "step": 3})
-    line = _exported_line(out, 0.5)
+                     info={"source": "run\x1b[2J/state", "step": 3}, written=written)
+    line = _exported_line(out, written, 0.5)
     assert "e\\x1b[31mX\\x07: step 3 of run\\x1b[2J/state, " in line
     assert not any(c in line for c in "\x1b\x07\n")
 
@@ -572,3 +573,58 @@ def test_a_tensor_the_model_lacks_is_refused_from_the_header_before_any_tensor_i
         read_export(tmp_path / "exp")
     assert str(e.value) == (f"{w_path}: weights do not match the model config: keys this model does not have junk")
 
+
+def _exporting(tmp_path, monkeypatch, meanwhile):
+    """Two state files, a/ and b/, each read as a tiny train state; `meanwhile()` runs while the first is read."""
+    from trm_kaggle.train import checkpoint as ckpt
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "state_step00000005.pt").write_bytes(b"a train state")
+    calls = []
+
+    def load(path):
+        calls.append(path)
+        if len(calls) == 1:
+            meanwhile()
+        return {**train_state(model_with_table(), None), "step": 5}
+
+    monkeypatch.setattr(ckpt, "load_train_state", load)
+    return [str(tmp_path / name / "state_step00000005.pt") for name in ("a", "b")]
+
+
+def test_two_exports_into_one_out_at_once_one_is_refused_and_the_other_stands(tmp_path, monkeypatch, capsys):
+    """Two `export ... --out X` at once both exited 0, the first to finish silently replaced by the second."""
+    from cli_helpers import one_error_line
+
+    from trm_kaggle.cli import main
+
+    out, other = tmp_path / "x", []
+    a, b = _exporting(tmp_path, monkeypatch, lambda: other.append(main(["export", b, "--out", str(out)])))
+    rc = main(["export", a, "--out", str(out)])
+    assert other == [0]
+    line = one_error_line(capsys, rc)
+    assert line == (f"error: {out}: another command wrote this export while this one was built; that one stands and "
+                    "this one is discarded (run the command again to replace it)")
+    assert json.loads((out / "config.json").read_text())["info"]["source"] == b
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "x"]
+
+
+def test_the_exported_line_describes_the_export_this_command_wrote(tmp_path, monkeypatch, capsys):
+    """The success line read config.json back from the folder: one described another command's export."""
+    import trm_kaggle.cli.train as T
+    from trm_kaggle.cli import main
+
+    out = tmp_path / "x"
+    a, b = _exporting(tmp_path, monkeypatch, lambda: None)
+    real = T._exported_line
+
+    def replaced_first(*args, **kwargs):  # another command replaces the export the moment this one is done
+        export_inference(out, model_with_table(), arch=ARCH, seq_len=8, vocab_size=5, mean_embedding=True,
+                         info={"source": b, "step": 7})
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(T, "_exported_line", replaced_first)
+    assert main(["export", a, "--out", str(out)]) == 0
+    line = capsys.readouterr().out
+    assert f"exported {out}: step 5 of {a}, " in line and "mean row" not in line and b not in line

@@ -401,8 +401,8 @@ def test_two_export_commands_at_once_one_refused_one_kept(run, tmp_path, capsys,
     real, others = E.atomic_directory, []
 
     @__import__("contextlib").contextmanager
-    def raced(target, *, kind):
-        with real(target, kind=kind) as tmp:
+    def raced(target, *, kind, found=None):
+        with real(target, kind=kind, found=found) as tmp:
             yield tmp
             if not others:  # another `export --out` into the same folder ends first
                 others.append(target)

@@ -581,34 +581,37 @@ def atomic_directory(target: str | os.PathLike, *, kind: str, found: Found | Non
         _discard_partial(tmp)
         raise
     raced = TRMError(_taken_line(target, kind))
-    if _identity(target) != found.identity:  # two commands built one output at once: the first to finish keeps it
-        _discard_partial(tmp)
-        raise raced
-    old = target.parent / f"{target.name}{OLD_MARK}{os.getpid()}"
-    if _in_the_way(old):
-        _discard_partial(tmp)
-        raise TRMError(f"{old} exists and this package did not make it; it is where the {kind} it replaces is "
-                       "put aside: move it away")
-    moved = False
-    try:
-        if target.exists():
-            _write_partial_record(_partial_record(old))  # what proves the put-aside output ours, were we killed
-            os.replace(target, old)
-            moved = True
-        os.replace(tmp, target)
-    except BaseException as e:
-        if moved and not target.exists():
-            os.replace(old, target)  # the old output back where it was
-            _discard_partial(old)  # its record
-        elif moved:  # another writer's output took its place meanwhile: the old one is superseded
-            _discard_partial(old)
+    # the check and the swap under the folder's lock: two commands finishing at once both passed the check, then
+    # each put its output in place in turn (both said done, one silently replaced)
+    with _folder_lock(target.parent):
+        if _identity(target) != found.identity:  # two commands built one output at once: the first to finish
+            _discard_partial(tmp)  # keeps it
+            raise raced
+        old = target.parent / f"{target.name}{OLD_MARK}{os.getpid()}"
+        if _in_the_way(old):
             _discard_partial(tmp)
-            if isinstance(e, OSError):  # the two swapped at the same instant: said as the check above says it
-                raise raced from None
-        else:
-            _discard_partial(old)  # its record, written before a move that failed
-        _discard_partial(tmp)
-        raise
+            raise TRMError(f"{old} exists and this package did not make it; it is where the {kind} it replaces is "
+                           "put aside: move it away")
+        moved = False
+        try:
+            if target.exists():
+                _write_partial_record(_partial_record(old))  # what proves the put-aside output ours, were we killed
+                os.replace(target, old)
+                moved = True
+            os.replace(tmp, target)
+        except BaseException as e:
+            if moved and not target.exists():
+                os.replace(old, target)  # the old output back where it was
+                _discard_partial(old)  # its record
+            elif moved:  # another writer's output took its place meanwhile: the old one is superseded
+                _discard_partial(old)
+                _discard_partial(tmp)
+                if isinstance(e, OSError):  # the two swapped at the same instant: said as the check above says it
+                    raise raced from None
+            else:
+                _discard_partial(old)  # its record, written before a move that failed
+            _discard_partial(tmp)
+            raise
     with contextlib.suppress(OSError):  # in place: the record of the partial folder has served
         _partial_record(tmp).unlink()
     if moved:

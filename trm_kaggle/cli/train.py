@@ -100,9 +100,9 @@ def _train_replica(cfg, export: str | None, mean_embedding: bool) -> None:
         return
     print(result.summary(), flush=True)
     if export:
-        t = time.perf_counter()
-        export_run(result.run_dir, export, mean_embedding=mean_embedding)
-        print(_exported_line(export, time.perf_counter() - t))
+        t, written = time.perf_counter(), {}
+        export_run(result.run_dir, export, mean_embedding=mean_embedding, written=written)
+        print(_exported_line(export, written, time.perf_counter() - t))
 
 
 def train_settings(argv: list[str]):
@@ -158,19 +158,18 @@ def add_export(sub) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from trm_kaggle.train import export_run
 
-    t = time.perf_counter()
-    export_run(args.run, args.out, args.mean_embedding, use_ema=not args.no_ema)
-    print(_exported_line(args.out, time.perf_counter() - t))
+    t, written = time.perf_counter(), {}
+    export_run(args.run, args.out, args.mean_embedding, use_ema=not args.no_ema, written=written)
+    print(_exported_line(args.out, written, time.perf_counter() - t))
     return 0
 
 
-def _exported_line(export_dir, seconds: float, verb: str = "exported") -> str:
-    """What export, train --export and import-upstream print: the export, its source and its parameter counts
-    (without and with the table it was trained with), in the build commands' shape."""
-    from trm_kaggle.jsonio import read_json
+def _exported_line(export_dir, config: dict, seconds: float, verb: str = "exported") -> str:
+    """What export and train --export print: the export, its source and its parameter counts (without and with the
+    table it was trained with), in the build commands' shape. `config` is the config.json this command wrote
+    (`export_run`'s `written`): read back from the folder, it was once another command's export."""
     from trm_kaggle.model import export_parameter_count
 
-    config = read_json(f"{export_dir}/config.json", "config.json")
     info = config.get("info") or {}
     source = f"step {info['step']} of {info['source']}, " if "step" in info and "source" in info else ""
     kept = " (the export keeps only its mean row)" if config.get("puzzle_embedding") == "mean" else ""

@@ -31,7 +31,7 @@ import pydantic
 import torch
 
 from trm_kaggle import __version__
-from trm_kaggle.atomic import atomic_directory, atomic_write_json, shared_file_mode
+from trm_kaggle.atomic import Found, atomic_directory, atomic_write_json, shared_file_mode
 from trm_kaggle.config import (EXECUTION_FIELDS, MAX_PUZZLE_IDENTIFIERS, MAX_SEED, ArchConfig, ExportConfig,
                                TaskIdMode, TrainConfig, flag_argument, path_argument, validation_line,
                                whole_argument)
@@ -144,11 +144,16 @@ def count_bounds(field: str) -> tuple[int, int]:
 
 
 def export_inference(out_dir: str | os.PathLike, model: torch.nn.Module, *, arch: ArchConfig, seq_len: int,
-                     vocab_size: int, mean_embedding: bool = False, info: dict | None = None) -> Path:
+                     vocab_size: int, mean_embedding: bool = False, info: dict | None = None,
+                     found: Found | None = None, written: dict | None = None) -> Path:
     """Write `weights.safetensors` + `config.json` (atomically, as a directory). Nothing is written for arguments
     its readers would not take back: `arch` is an `ArchConfig` (a dict is a TypeError: `ArchConfig.model_validate`
     reads one), `seq_len` and `vocab_size` those the model was built for, `mean_embedding` True or False, and the
-    model's weights on a device that holds them (not meta) and finite."""
+    model's weights on a device that holds them (not meta) and finite.
+
+    `found`: what stood at `out_dir` when the command started (`atomic.found_at`): an export another command wrote
+    there since is kept and this one refused. `written`, a dict, receives the config.json written: what a success
+    line describes (read back from the folder, it could be another command's)."""
     from safetensors.torch import save_file
 
     _folder_argument("out_dir", out_dir)
@@ -196,12 +201,14 @@ def export_inference(out_dir: str | os.PathLike, model: torch.nn.Module, *, arch
                     "sha256": content_digest(tensors)}
     _check_fits(out_dir, model, arch, seq_len, vocab_size)  # ... nor weights that do not fit it (sizes bounded now)
     check_finite(tensors, f"{Path(out_dir) / 'weights.safetensors'} (not written)")
-    with atomic_directory(out_dir, kind="export") as tmp:
+    with atomic_directory(out_dir, kind="export", found=found) as tmp:
         save_file(tensors, str(tmp / "weights.safetensors"), metadata=weights_meta)
         _sort_metadata(tmp / "weights.safetensors")
         # safetensors writes it private; exports are shared as far as the user's umask says (0644 ignored it)
         os.chmod(tmp / "weights.safetensors", shared_file_mode())
         atomic_write_json(tmp / "config.json", config, indent=2)
+    if written is not None:
+        written.update(config)
     return Path(out_dir)
 
 

@@ -35,7 +35,7 @@ import pydantic
 import torch
 
 from trm_kaggle import __version__
-from trm_kaggle.atomic import atomic_write, atomic_write_json
+from trm_kaggle.atomic import atomic_write, atomic_write_json, found_at
 from trm_kaggle.config import TrainConfig, flag_argument, path_argument, validation_line
 from trm_kaggle.data import DatasetMetadata, contents_hash
 from trm_kaggle.errors import DamagedFile, TRMError, UnreadableFile, os_error_line
@@ -596,9 +596,10 @@ def _warn_other_arch(recorded: Path, cfg: TrainConfig, path: Path) -> None:
 
 
 def export_run(run: str | os.PathLike, out: str | os.PathLike, mean_embedding: bool = False,
-               use_ema: bool = True) -> Path:
+               use_ema: bool = True, written: dict | None = None) -> Path:
     """Inference export of a run's newest readable train state (EMA weights when the run kept them; the live
-    ones with `use_ema=False`, refused where the run kept no average: the choice would change nothing)."""
+    ones with `use_ema=False`, refused where the run kept no average: the choice would change nothing).
+    `written`, a dict, receives the config.json written (`export_inference`)."""
     mean_embedding, use_ema = flag_argument("mean_embedding", mean_embedding), flag_argument("use_ema", use_ema)
     path_argument("run", run, "a run folder's or train state's path")  # 5 was os.fspath's TypeError, naming none
     path_argument("out", out, "an export folder's path")
@@ -607,6 +608,9 @@ def export_run(run: str | os.PathLike, out: str | os.PathLike, mean_embedding: b
     # as `export` checks it: never written into the run folder it reads (a state file named alone lets the
     # export go beside it)
     check_kept([Input(run, "run", tree=True)], [Output(out, "export", "replaced")])
+    # what stands at `out` before the state is read: another export written there meanwhile (two commands naming
+    # one --out) is kept and this one refused, never both said done
+    found = found_at(out)
     path, state = ((Path(run), load_train_state(Path(run))) if is_regular(run, "train state")
                    else load_newest_state(run, purpose="export"))
     if not use_ema and not state.get("ema"):
@@ -618,4 +622,4 @@ def export_run(run: str | os.PathLike, out: str | os.PathLike, mean_embedding: b
     info = {"source": str(path), "step": state["step"], "ema": ema, "data_paths": cfg.data_paths,
             "train_config": json.loads(state["config"])}
     return export_inference(out, model, arch=cfg.arch, seq_len=shape["seq_len"], vocab_size=shape["vocab_size"],
-                            mean_embedding=mean_embedding, info=info)
+                            mean_embedding=mean_embedding, info=info, found=found, written=written)
