@@ -471,7 +471,7 @@ def _say_stop(e: KeyboardInterrupt, result: PipelineResult, at: tuple[int, int, 
     """The stop's one line (`interrupts.interrupted`): the stage and the signal (with the training's own account of
     its saved state), what the files at the top hold now, and that the same command finishes the run; summary.md
     says the same."""
-    from trm_kaggle.train.stops import StoppedAtOnce, TrainingInterrupted
+    from trm_kaggle.train import StoppedAtOnce, TrainingInterrupted
 
     i, n, key = at
     why = str(e) or "stopped by SIGINT"  # Python's own KeyboardInterrupt (Ctrl-C) says nothing

@@ -9,8 +9,8 @@ import sys
 from typing import get_args
 
 from trm_kaggle.cli.common import common_flags, config_kwargs, flag
-from trm_kaggle.config import MAX_SEED, EvaluateConfig, InferenceDtype, RepairEvalConfig, TaskIdMode, bounded_number
-from trm_kaggle.config.evaluate import TrajectorySelect
+from trm_kaggle.config import (MAX_SEED, EvaluateConfig, InferenceDtype, RepairEvalConfig, TaskIdMode, TrajectorySelect,
+                               bounded_number)
 from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate import MAX_DRAWN
 from trm_kaggle.names import typed_name

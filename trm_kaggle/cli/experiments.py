@@ -107,7 +107,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def add_regress(sub) -> None:
-    from trm_kaggle.experiments.regression import TIMEOUT_S
+    from trm_kaggle.experiments import TIMEOUT_S
 
     p = sub.add_parser("regress", help="run the regression notebooks and compare their metrics with the baselines",
                        description="Runs the regression notebooks (notebooks/regression) with papermill, several at "

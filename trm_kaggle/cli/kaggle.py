@@ -10,8 +10,8 @@ from typing import get_args
 
 from trm_kaggle.cli.common import common_flags, config_kwargs, flag
 from trm_kaggle.config import (MAX_BATCH_SIZE, MAX_PLANNED_TASKS, EvaluateConfig, FinetuneMode, InferenceDtype,
-                               PipelineConfig, SolveConfig, bounded_number, count_or_auto, field_help)
-from trm_kaggle.config.evaluate import TrajectorySelect
+                               PipelineConfig, SolveConfig, TrajectorySelect, bounded_number, count_or_auto,
+                               field_help)
 from trm_kaggle.errors import TRMError
 from trm_kaggle.wording import count, one_line, shown as shown_name
 

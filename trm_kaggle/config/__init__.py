@@ -25,7 +25,7 @@ from trm_kaggle.config.common import (MAX_BATCH_SIZE, MAX_FINETUNE_STEPS, MAX_GE
 from trm_kaggle.config.data import (ARC_DEFAULT_SUBSETS, MAX_GRID_CELLS, ArcBuildConfig, CodeRepairBuildConfig,
                                     MazeBuildConfig, SudokuBuildConfig)
 from trm_kaggle.config.evaluate import (DEVICE_PATTERN, MAX_TRAJECTORIES, MAX_TRAJECTORY_NOISE, EvaluateConfig,
-                                        RepairEvalConfig, TaskIdMode)
+                                        RepairEvalConfig, TaskIdMode, TrajectorySelect)
 from trm_kaggle.config.experiments import MAX_SWEEP_RUNS, SAFE_NAME_PATTERN, SweepGrid, SweepVariant
 from trm_kaggle.config.model import (EXECUTION_FIELDS, MAX_HALT_STEPS, RECURSION_FIELDS, ArchConfig, ExportConfig,
                                      InferenceDtype)
@@ -43,7 +43,7 @@ __all__ = [
     "ArcBuildConfig", "ArchConfig", "ClusterConfig", "CodeRepairBuildConfig", "CompileSetting", "CurriculumConfig",
     "EvaluateConfig", "ExportConfig", "FinetuneMode", "HaltScheduleConfig", "InferenceDtype", "K8sOptions",
     "MazeBuildConfig", "PipelineConfig", "RepairEvalConfig", "SlurmOptions", "SolveConfig", "SudokuBuildConfig",
-    "SweepGrid", "SweepVariant", "TaskIdMode", "TrainConfig", "TrainStage",
+    "SweepGrid", "SweepVariant", "TaskIdMode", "TrainConfig", "TrainStage", "TrajectorySelect",
     "bounded_count_or_auto", "bounded_number", "compile_setting", "count_or_auto", "default_work_dir", "field_help",
     "flag_argument",
     "number_argument", "path_argument", "revalidated", "seconds_argument", "sequence_argument", "take_each_option_once",

@@ -7,6 +7,7 @@ from trm_kaggle.faces import lazy_face
 _EXPORTS = {
     "RUN_CONFIG": "sweep",
     "SWEEP_FILE": "sweep",
+    "TIMEOUT_S": "regression",
     "default_out": "compare",
     "default_notebook_dir": "regression",
     "describe_grids": "sweep",
